@@ -1,0 +1,174 @@
+import { z } from 'zod';
+import { RawResolved, TaskStatus } from '../schemas/common.ts';
+import { ProcessingStep, Task } from '../schemas/task.ts';
+import { WatchfolderFilter } from '../schemas/watchfolder.ts';
+
+const Running = z.object({ taskId: z.string(), attempt: z.number().int(), leaseToken: z.string() });
+export type RunningTask = z.infer<typeof Running>;
+
+/** Retained on `.../status`. The Last Will is the same shape with `state: "offline"`. */
+export const AgentBirth = z.object({
+  state: z.enum(['online', 'offline']),
+  bootId: z.string(),
+  name: z.string(),
+  version: z.string(),
+  protocol: z.number().int(),
+  hostname: z.string(),
+  os: z.string(),
+  arch: z.string(),
+  transcoder: z.object({ path: z.string(), version: z.string() }).nullable(),
+  /** Why the agent has no working transcoder (it then claims nothing). */
+  transcoderError: z.string().optional(),
+  encoders: z.array(z.string()),
+  hwaccels: z.array(z.string()),
+  labels: z.array(z.string()),
+  slots: z.number().int(),
+
+  ts: z.number(),
+});
+export type AgentBirth = z.infer<typeof AgentBirth>;
+
+/** `.../hello` after every (re)connect. */
+export const AgentHello = z.object({ bootId: z.string(), running: z.array(Running), ts: z.number() });
+export type AgentHello = z.infer<typeof AgentHello>;
+
+/** `.../heartbeat` every few seconds; renews the leases of `running`. */
+export const AgentHeartbeat = z.object({
+  bootId: z.string(),
+  freeSlots: z.number().int(),
+  running: z.array(Running),
+  ts: z.number(),
+});
+export type AgentHeartbeat = z.infer<typeof AgentHeartbeat>;
+
+/** `.../requests` (agent → cp). */
+export const AgentRequest = z.discriminatedUnion('type', [
+  z.object({ type: z.literal('claim'), requestId: z.string(), max: z.number().int().min(1).max(64) }),
+  z.object({
+    type: z.literal('watch.file'),
+    requestId: z.string(),
+    watchfolderId: z.string(),
+    relativePath: z.string(),
+    size: z.number().int().nonnegative(),
+    mtimeMs: z.number(),
+  }),
+  /** The `.lock` of a watch task's file is on disk: a later submit of that version means "process again". */
+  z.object({
+    type: z.literal('watch.locked'),
+    requestId: z.string(),
+    watchfolderId: z.string(),
+    taskId: z.string(),
+  }),
+  z.object({
+    type: z.literal('watch.state'),
+    requestId: z.string(),
+    watchfolderId: z.string(),
+    lastCheck: z.number(),
+    error: z.string(),
+  }),
+]);
+export type AgentRequest = z.infer<typeof AgentRequest>;
+
+/** Fields of a task an agent may set through a report. */
+export const TaskPatch = z.object({
+  status: TaskStatus.optional(),
+  progress: z.number().min(0).max(100).optional(),
+  remaining: z.number().optional(),
+  error: z.string().optional(),
+  startedAt: z.number().optional(),
+  finishedAt: z.number().optional(),
+  name: z.string().optional(),
+  priority: z.number().int().optional(),
+  metadata: z.record(z.string(), z.unknown()).optional(),
+  webhooks: z.array(z.object({ event: z.string(), url: z.string() })).optional(),
+  command: RawResolved.optional(),
+  inputFile: RawResolved.optional(),
+  outputFile: RawResolved.optional(),
+  preProcessing: ProcessingStep.nullable().optional(),
+  postProcessing: ProcessingStep.nullable().optional(),
+});
+export type TaskPatch = z.infer<typeof TaskPatch>;
+
+/**
+ * `.../events` (agent → cp): one report about one attempt of one task. `seq` increases per
+ * (task, attempt); the control plane applies each seq once, only with the current lease token.
+ */
+export const TaskReport = z.discriminatedUnion('kind', [
+  z.object({
+    kind: z.literal('update'),
+    taskId: z.string(),
+    attempt: z.number().int(),
+    leaseToken: z.string(),
+    seq: z.number().int().nonnegative(),
+    patch: TaskPatch,
+  }),
+  z.object({
+    kind: z.literal('log'),
+    taskId: z.string(),
+    attempt: z.number().int(),
+    leaseToken: z.string(),
+    seq: z.number().int().nonnegative(),
+    step: z.enum(['pre', 'transcoder', 'post', 'agent']),
+    text: z.string(),
+  }),
+]);
+export type TaskReport = z.infer<typeof TaskReport>;
+
+export const WatchfolderAssignment = z.object({
+  id: z.string(),
+  name: z.string(),
+  path: z.string(),
+  interval: z.number().int(),
+  growthChecks: z.number().int(),
+  filter: WatchfolderFilter,
+  suspended: z.boolean(),
+});
+export type WatchfolderAssignment = z.infer<typeof WatchfolderAssignment>;
+
+export const ClaimedTask = z.object({
+  task: Task,
+  attempt: z.number().int(),
+  leaseToken: z.string(),
+  leaseTtlMs: z.number().int(),
+});
+export type ClaimedTask = z.infer<typeof ClaimedTask>;
+
+/** `.../inbox` (cp → agent). */
+export const InboxMessage = z.discriminatedUnion('type', [
+  z.object({ type: z.literal('claim.result'), requestId: z.string(), tasks: z.array(ClaimedTask) }),
+  z.object({ type: z.literal('ack'), taskId: z.string(), attempt: z.number().int(), seq: z.number().int() }),
+  z.object({
+    type: z.literal('task.cancel'),
+    taskId: z.string(),
+    attempt: z.number().int(),
+    reason: z.string(),
+  }),
+  z.object({
+    type: z.literal('config'),
+    slots: z.number().int(),
+    labels: z.array(z.string()),
+    paused: z.boolean(),
+    watchfolders: z.array(WatchfolderAssignment),
+  }),
+  z.object({
+    type: z.literal('request.result'),
+    requestId: z.string(),
+    ok: z.boolean(),
+    error: z.string().optional(),
+    taskId: z.string().optional(),
+  }),
+  z.object({ type: z.literal('refused'), reason: z.string() }),
+]);
+export type InboxMessage = z.infer<typeof InboxMessage>;
+
+/** Parse a JSON MQTT payload against a schema; null (never a throw) when it does not fit. */
+export function parseMessage<T>(schema: z.ZodType<T>, payload: Buffer | string): T | null {
+  let json: unknown;
+  try {
+    json = JSON.parse(typeof payload === 'string' ? payload : payload.toString('utf8'));
+  } catch {
+    return null;
+  }
+  const r = schema.safeParse(json);
+  return r.success ? r.data : null;
+}

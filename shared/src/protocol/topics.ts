@@ -1,0 +1,35 @@
+/** Root of every ffleet MQTT topic. */
+export const TOPIC_ROOT = 'ffleet/v1';
+/** Protocol version announced in the birth message. */
+export const PROTOCOL_VERSION = 1;
+
+export type AgentTopicKind = 'status' | 'hello' | 'heartbeat' | 'requests' | 'events' | 'inbox';
+
+/** `ffleet/v1/agents/{agentId}/{kind}` */
+export const agentTopic = (agentId: string, kind: AgentTopicKind): string =>
+  `${TOPIC_ROOT}/agents/${agentId}/${kind}`;
+
+/** Broadcast hint that claimable work exists (cp → agents, QoS 0). */
+export const WORK_TOPIC = `${TOPIC_ROOT}/broadcast/work`;
+
+/**
+ * Broadcast by the control plane each time it (re)subscribes: agents republish their birth and hello
+ * and resend unacknowledged reports. Closes the gap after a broker restart where an agent reconnects
+ * before the control plane has subscribed again and its birth/hello went nowhere (QoS 1).
+ */
+export const RESYNC_TOPIC = `${TOPIC_ROOT}/broadcast/resync`;
+
+/** Subscription the control plane uses for everything agents publish. */
+export const AGENTS_WILDCARD = `${TOPIC_ROOT}/agents/+/+`;
+
+/** Parse an agent topic into its id and kind, or null when it is not one. */
+export function parseAgentTopic(topic: string): { agentId: string; kind: AgentTopicKind } | null {
+  const parts = topic.split('/');
+  if (parts.length !== 5 || `${parts[0]}/${parts[1]}` !== TOPIC_ROOT || parts[2] !== 'agents') return null;
+  const kind = parts[4] as AgentTopicKind;
+  if (!['status', 'hello', 'heartbeat', 'requests', 'events', 'inbox'].includes(kind)) return null;
+  return { agentId: parts[3]!, kind };
+}
+
+/** Agent ids are MQTT client ids and topic levels: no wildcards, separators or spaces. */
+export const AGENT_ID_RE = /^[A-Za-z0-9_.-]{1,100}$/;

@@ -1,0 +1,37 @@
+import { z } from 'zod';
+import { Label, Millis } from './common.ts';
+
+export const AgentStatus = z.enum(['online', 'offline', 'draining']);
+export type AgentStatus = z.infer<typeof AgentStatus>;
+
+export const MAX_SLOTS = 64;
+
+export const Agent = z.object({
+  id: z.string(),
+  uuid: z.string(),
+  name: z.string(),
+  status: AgentStatus,
+  version: z.string(),
+  hostname: z.string(),
+  os: z.string(),
+  arch: z.string(),
+  transcoder: z.object({ path: z.string(), version: z.string() }).nullable(),
+  encoders: z.array(z.string()),
+  hwaccels: z.array(z.string()),
+  labels: z.array(z.string()),
+  slots: z.number().int(),
+  paused: z.boolean(),
+  runningTasks: z.array(z.string()),
+  lastSeen: Millis,
+  connectedAt: Millis,
+  createdAt: Millis,
+});
+export type Agent = z.infer<typeof Agent>;
+
+/** Body of `PATCH /api/v1/agents/{id}`. */
+export const AgentPatch = z.strictObject({
+  paused: z.boolean().optional(),
+  labels: z.array(Label).max(100).optional(),
+  slots: z.number().int().min(0).max(MAX_SLOTS).optional(),
+});
+export type AgentPatch = z.infer<typeof AgentPatch>;

@@ -1,0 +1,107 @@
+import { z } from 'zod';
+
+/** Every task status. `QUEUED` is the spec's "queued"; `DONE_CANCELED` is ffleet's (and FFmate's) cancel state. */
+export const TaskStatus = z.enum([
+  'QUEUED',
+  'PRE_PROCESSING',
+  'RUNNING',
+  'DONE_SUCCESSFUL',
+  'DONE_ERROR',
+  'DONE_CANCELED',
+]);
+export type TaskStatus = z.infer<typeof TaskStatus>;
+
+/** Statuses a task never leaves on its own. */
+export const DONE_STATUSES: readonly TaskStatus[] = ['DONE_SUCCESSFUL', 'DONE_ERROR', 'DONE_CANCELED'];
+export const isDoneStatus = (s: string): boolean => (DONE_STATUSES as readonly string[]).includes(s);
+
+/** The spec's 14 global webhook events. */
+export const EventName = z.enum([
+  'task.created',
+  'task.updated',
+  'task.deleted',
+  'batch.created',
+  'batch.finished',
+  'preset.created',
+  'preset.updated',
+  'preset.deleted',
+  'watchfolder.created',
+  'watchfolder.updated',
+  'watchfolder.deleted',
+  'webhook.created',
+  'webhook.updated',
+  'webhook.deleted',
+]);
+export type EventName = z.infer<typeof EventName>;
+
+/** Events a direct webhook (on a task or preset) may subscribe to. */
+export const DirectWebhookEvent = z.enum([
+  'task.created',
+  'task.updated',
+  'task.deleted',
+  'preset.created',
+  'preset.updated',
+  'preset.deleted',
+]);
+export type DirectWebhookEvent = z.infer<typeof DirectWebhookEvent>;
+export const TaskWebhookEvent = z.enum(['task.created', 'task.updated', 'task.deleted']);
+export type TaskWebhookEvent = z.infer<typeof TaskWebhookEvent>;
+
+/** An absolute http(s) URL. Loopback and private addresses are valid (studio networks). */
+export const HttpUrl = z
+  .string()
+  .max(2048)
+  .refine(
+    (v) => {
+      try {
+        const u = new URL(v);
+        return (u.protocol === 'http:' || u.protocol === 'https:') && u.hostname.length > 0;
+      } catch {
+        return false;
+      }
+    },
+    { message: 'must be an absolute http(s) URL' },
+  );
+
+/** A direct webhook as attached to a task or preset. */
+export const DirectWebhook = z.strictObject({ event: DirectWebhookEvent, url: HttpUrl });
+export type DirectWebhook = z.infer<typeof DirectWebhook>;
+
+/** `{raw, resolved}` — a value with wildcards and its substituted form (`""` until resolved). */
+export const RawResolved = z.object({ raw: z.string(), resolved: z.string() });
+export type RawResolved = z.infer<typeof RawResolved>;
+
+/** Unix milliseconds; 0 = not set. */
+export const Millis = z.number().int().nonnegative();
+
+export const Uuid = z.string().uuid();
+
+/** Free-form JSON object. */
+export const JsonObject = z.record(z.string(), z.unknown());
+export type JsonObject = z.infer<typeof JsonObject>;
+
+/** Pagination query: `page` 0-based, `perPage` 1..1000 (default 100). */
+export const MAX_PER_PAGE = 1000;
+export const PageQuery = z.object({
+  page: z.coerce.number().int().min(0).default(0),
+  perPage: z.coerce.number().int().min(1).max(MAX_PER_PAGE).default(100),
+});
+export type PageQuery = z.infer<typeof PageQuery>;
+
+/** RFC 9457 problem details as ffleet sends them. */
+export const Problem = z.object({
+  type: z.string(),
+  title: z.string(),
+  status: z.number().int(),
+  detail: z.string(),
+  code: z.string(),
+  errors: z.array(z.object({ path: z.string(), message: z.string() })).optional(),
+});
+export type Problem = z.infer<typeof Problem>;
+
+/** A capability/label token used by `requires` and agent labels. */
+export const Label = z
+  .string()
+  .min(1)
+  .max(100)
+  .regex(/^[A-Za-z0-9_.:\-/]+$/, 'letters, digits and _ . : - / only');

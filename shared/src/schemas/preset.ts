@@ -1,0 +1,36 @@
+import { z } from 'zod';
+import { DirectWebhook, Label, Millis } from './common.ts';
+import { MAX_TEXT, PostProcessingInput, PreProcessingInput, Priority } from './task.ts';
+
+/** Body of `POST/PUT /api/v1/presets`. PUT replaces the whole definition. */
+export const PresetCreate = z.strictObject({
+  name: z.string().min(1).max(200),
+  description: z.string().max(4000).optional(),
+  command: z.string().min(1).max(MAX_TEXT),
+  outputFile: z.string().max(MAX_TEXT).optional(),
+  priority: Priority.optional(),
+  preProcessing: PreProcessingInput.nullable().optional(),
+  postProcessing: PostProcessingInput.nullable().optional(),
+  webhooks: z.array(DirectWebhook).max(50).optional(),
+  requires: z.array(Label).max(50).optional(),
+});
+export type PresetCreate = z.infer<typeof PresetCreate>;
+
+export const Preset = z.object({
+  id: z.string(),
+  uuid: z.string(),
+  name: z.string(),
+  description: z.string(),
+  command: z.string(),
+  outputFile: z.string(),
+  priority: z.number().int(),
+  preProcessing: z
+    .object({ scriptPath: z.string(), sidecarPath: z.string(), importSidecar: z.boolean() })
+    .nullable(),
+  postProcessing: z.object({ scriptPath: z.string(), sidecarPath: z.string() }).nullable(),
+  webhooks: z.array(DirectWebhook),
+  requires: z.array(z.string()),
+  createdAt: Millis,
+  updatedAt: Millis,
+});
+export type Preset = z.infer<typeof Preset>;

@@ -1,0 +1,59 @@
+import { z } from 'zod';
+import { EventName, HttpUrl, Millis } from './common.ts';
+
+/** Body of `POST/PUT /api/v1/webhooks`. `secret` is write-only (responses show `hasSecret`). */
+export const WebhookCreate = z.strictObject({
+  event: EventName,
+  url: HttpUrl,
+  secret: z.string().min(1).max(500).optional(),
+});
+export type WebhookCreate = z.infer<typeof WebhookCreate>;
+
+export const Webhook = z.object({
+  id: z.string(),
+  uuid: z.string(),
+  event: EventName,
+  url: z.string(),
+  hasSecret: z.boolean(),
+  createdAt: Millis,
+  updatedAt: Millis,
+});
+export type Webhook = z.infer<typeof Webhook>;
+
+/** One recorded delivery attempt. */
+export const WebhookExecution = z.object({
+  id: z.string(),
+  uuid: z.string(),
+  deliveryId: z.string(),
+  webhook: z.string().nullable(),
+  source: z.enum(['global', 'direct']),
+  event: z.string(),
+  url: z.string(),
+  attempt: z.number().int(),
+  request: z.object({ method: z.string(), headers: z.record(z.string(), z.string()), body: z.string() }),
+  response: z
+    .object({ status: z.number().int(), headers: z.record(z.string(), z.string()), body: z.string() })
+    .nullable(),
+  error: z.string(),
+  success: z.boolean(),
+  durationMs: z.number().int(),
+  createdAt: Millis,
+});
+export type WebhookExecution = z.infer<typeof WebhookExecution>;
+
+export const ExecutionListQuery = z.object({
+  webhook: z.string().max(100).optional(),
+  event: z.string().max(100).optional(),
+  success: z.enum(['true', 'false']).optional(),
+  task: z.string().max(100).optional(),
+});
+export type ExecutionListQuery = z.infer<typeof ExecutionListQuery>;
+
+/** The body POSTed to a webhook URL and sent on SSE. `id` is the event id, stable across retries. */
+export const EventPayload = z.object({
+  id: z.string(),
+  event: EventName,
+  timestamp: z.string(),
+  data: z.unknown(),
+});
+export type EventPayload = z.infer<typeof EventPayload>;
