@@ -1,0 +1,2 @@
+CREATE INDEX "deliveries_pending_target_idx" ON "deliveries" USING btree ("task_id","url","created_at") WHERE state = 'pending';--> statement-breakpoint
+CREATE INDEX "deliveries_progress_sent_idx" ON "deliveries" USING btree ("task_id","url","updated_at") WHERE progress_only AND state = 'delivered';

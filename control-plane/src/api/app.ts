@@ -1,0 +1,168 @@
+import { randomUUID, timingSafeEqual } from 'node:crypto';
+import { getConnInfo } from '@hono/node-server/conninfo';
+import { type Context, Hono } from 'hono';
+import { bodyLimit } from 'hono/body-limit';
+import { matchedRoutes } from 'hono/route';
+import type { EventBus } from '../events/event-bus.ts';
+import type { ServiceContext } from '../services/context.ts';
+import { apiReference } from '../ui/api-reference.ts';
+import { agentsApi } from './agents.ts';
+import type { ApiEnv } from './app-env.ts';
+import { batchesApi } from './batches.ts';
+import { HttpError, UnauthorizedError } from './errors.ts';
+import { eventStream } from './events-stream.ts';
+import { checkQueryText } from './http.ts';
+import type { Metrics } from './metrics.ts';
+import { buildOpenApi } from './openapi.ts';
+import { presetsApi } from './presets.ts';
+import { tasksApi } from './tasks.ts';
+import { watchfoldersApi } from './watchfolders.ts';
+import { type Redeliver, webhooksApi } from './webhooks.ts';
+
+export type AppDeps = {
+  ctx: ServiceContext;
+  bus: EventBus;
+  metrics: Metrics;
+  version: string;
+  apiTokens: string[];
+  bodyLimit: number;
+  redeliver: Redeliver;
+  /** Extra health facts (broker, agents) from the running parts. */
+  health?: () => Promise<Record<string, unknown>>;
+  /** Client address; defaults to the node socket's remote address. */
+  remoteAddress?: (c: Context) => string | undefined;
+};
+
+const isLoopback = (a: string | undefined) =>
+  !!a && (a === '::1' || a.startsWith('127.') || a.startsWith('::ffff:127.'));
+
+function defaultRemote(c: Context): string | undefined {
+  try {
+    return getConnInfo(c).remote.address;
+  } catch {
+    return undefined;
+  }
+}
+
+function tokenMatches(given: string, tokens: Buffer[]): boolean {
+  const g = Buffer.from(given);
+  let ok = false;
+  // Compare against every token in constant time per token; no early exit on a match.
+  for (const t of tokens) if (t.length === g.length && timingSafeEqual(t, g)) ok = true;
+  return ok;
+}
+
+function problem(c: Context, err: HttpError) {
+  const body = {
+    type: `https://ffleet.dev/problems/${err.code.toLowerCase().replace(/_/g, '-')}`,
+    title: err.title,
+    status: err.status,
+    detail: err.message,
+    code: err.code,
+    ...(err.errors?.length ? { errors: err.errors } : {}),
+  };
+  return c.body(JSON.stringify(body), err.status as 400, { 'Content-Type': 'application/problem+json' });
+}
+
+/** Build the HTTP app. Never binds a port. */
+export function createApp(deps: AppDeps) {
+  const app = new Hono<ApiEnv>();
+  const tokens = deps.apiTokens.map((t) => Buffer.from(t));
+  const remote = deps.remoteAddress ?? defaultRemote;
+  const openapi = JSON.stringify(buildOpenApi(deps.version));
+  const logger = deps.ctx.logger;
+
+  app.use('*', async (c, next) => {
+    const requestId = c.req.header('x-request-id')?.slice(0, 100) || randomUUID();
+    c.set('requestId', requestId);
+    c.set('ctx', deps.ctx);
+    c.header('X-Request-Id', requestId);
+    c.header('X-Server', `ffleet/${deps.version}`);
+    const start = performance.now();
+    await next();
+    // The label is the template of the handler that serves the path (e.g. /api/v1/tasks/:id), also
+    // when a middleware answered first (401, 413), so ids never become label values. Middleware is
+    // registered for ALL methods; the first method-specific match is the route's handler.
+    const route = matchedRoutes(c).find((r) => r.method !== 'ALL')?.path ?? 'unmatched';
+    deps.metrics.httpDuration.observe(
+      { method: c.req.method, route, status: String(c.res.status) },
+      (performance.now() - start) / 1000,
+    );
+  });
+
+  app.use('*', async (c, next) => {
+    if (c.req.path === '/health') return next();
+    if (tokens.length === 0) {
+      if (!isLoopback(remote(c))) {
+        throw new UnauthorizedError('no API tokens are configured, so only loopback clients are served');
+      }
+      return next();
+    }
+    const header = c.req.header('authorization') ?? '';
+    const m = /^Bearer\s+(.+)$/i.exec(header);
+    if (!m || !tokenMatches(m[1]!.trim(), tokens)) {
+      c.header('WWW-Authenticate', 'Bearer realm="ffleet"');
+      throw new UnauthorizedError(m ? 'invalid API token' : 'missing Authorization: Bearer <token>');
+    }
+    return next();
+  });
+
+  app.use(
+    '/api/*',
+    bodyLimit({
+      maxSize: deps.bodyLimit,
+      onError: () => {
+        throw new HttpError(
+          413,
+          'PAYLOAD_TOO_LARGE',
+          'Content Too Large',
+          `the body exceeds ${deps.bodyLimit} bytes`,
+        );
+      },
+    }),
+  );
+
+  app.use('/api/*', async (c, next) => {
+    checkQueryText(c);
+    return next();
+  });
+
+  app.get('/health', async (c) => {
+    const db = await deps.ctx.database.ping();
+    const extra = deps.health ? await deps.health().catch(() => ({})) : {};
+    return c.json({ status: db ? 'ok' : 'error', db: db ? 'ok' : 'unreachable', ...extra }, db ? 200 : 503);
+  });
+  app.get('/metrics', async (c) =>
+    c.body(await deps.metrics.registry.metrics(), 200, { 'Content-Type': deps.metrics.registry.contentType }),
+  );
+  app.get('/api/v1/version', (c) => c.json({ version: deps.version }));
+  app.get('/api/v1/openapi.json', (c) => c.body(openapi, 200, { 'Content-Type': 'application/json' }));
+  app.route('/api/v1/docs', apiReference);
+  app.get('/api/v1/events', (c) => eventStream(c, deps.bus));
+  app.route('/api/v1/tasks', tasksApi);
+  app.route('/api/v1/batches', batchesApi);
+  app.route('/api/v1/presets', presetsApi);
+  app.route('/api/v1/watchfolders', watchfoldersApi);
+  app.route('/api/v1/webhooks', webhooksApi(deps.redeliver));
+  app.route('/api/v1/agents', agentsApi);
+  app.get('/', (c) => c.redirect('/api/v1/docs', 302));
+
+  app.notFound((c) =>
+    problem(c, new HttpError(404, 'ROUTE_NOT_FOUND', 'Not Found', `no route ${c.req.method} ${c.req.path}`)),
+  );
+  app.onError((err, c) => {
+    if (err instanceof HttpError) return problem(c, err);
+    logger.error({ err, requestId: c.get('requestId'), path: c.req.path }, 'unhandled error');
+    return problem(
+      c,
+      new HttpError(
+        500,
+        'INTERNAL',
+        'Internal Server Error',
+        `internal error (request ${c.get('requestId')})`,
+      ),
+    );
+  });
+  return app;
+}
+export type App = ReturnType<typeof createApp>;

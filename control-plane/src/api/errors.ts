@@ -1,0 +1,47 @@
+/** HTTP errors with a stable `code`, mapped to problem+json in one onError. */
+export class HttpError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    readonly title: string,
+    message: string,
+    readonly errors?: { path: string; message: string }[],
+  ) {
+    super(message);
+  }
+}
+
+export class NotFoundError extends HttpError {
+  constructor(resource: string, id: string) {
+    super(
+      404,
+      `${resource.toUpperCase()}_NOT_FOUND`,
+      'Not Found',
+      `${resource} ${JSON.stringify(id)} not found`,
+    );
+  }
+}
+
+export class ConflictError extends HttpError {
+  constructor(code: string, message: string) {
+    super(409, code, 'Conflict', message);
+  }
+}
+
+export class ValidationError extends HttpError {
+  constructor(message: string, errors: { path: string; message: string }[] = []) {
+    super(422, 'VALIDATION_FAILED', 'Unprocessable Content', message, errors);
+  }
+}
+
+export class BadRequestError extends HttpError {
+  constructor(code: string, message: string, errors?: { path: string; message: string }[]) {
+    super(400, code, 'Bad Request', message, errors);
+  }
+}
+
+export class UnauthorizedError extends HttpError {
+  constructor(message: string) {
+    super(401, 'UNAUTHORIZED', 'Unauthorized', message);
+  }
+}

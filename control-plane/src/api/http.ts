@@ -1,0 +1,150 @@
+import { createHash } from 'node:crypto';
+import { PageQuery } from '@ffleet/shared';
+import type { Context } from 'hono';
+import type { z } from 'zod';
+import { BadRequestError, HttpError, ValidationError } from './errors.ts';
+
+const JSON_TYPE = /^application\/([a-z0-9.+-]+\+)?json\s*(;|$)/i;
+
+/** Map zod issues to `{path, message}` (unknown keys get one entry each, at their own path). */
+export function zodIssues(error: z.ZodError): { path: string; message: string }[] {
+  const out: { path: string; message: string }[] = [];
+  for (const issue of error.issues) {
+    const base = issue.path.map(String).join('.');
+    if (issue.code === 'unrecognized_keys') {
+      for (const k of issue.keys) out.push({ path: base ? `${base}.${k}` : k, message: 'unknown field' });
+    } else if (issue.code === 'invalid_union' && 'errors' in issue && Array.isArray(issue.errors)) {
+      out.push({ path: base, message: issue.message });
+    } else {
+      out.push({ path: base, message: issue.message });
+    }
+  }
+  return out;
+}
+
+export type ParsedBody<T> = { data: T; raw: string };
+
+/**
+ * Deepest JSON nesting accepted in a body. Real bodies (metadata included) are a few levels deep;
+ * thousands of levels overflow PostgreSQL's jsonb parser (a 500), so the API refuses them first.
+ */
+export const MAX_JSON_DEPTH = 64;
+
+// PostgreSQL text and jsonb cannot hold NUL; an unpaired UTF-16 surrogate is rejected by jsonb and
+// silently turned into U+FFFD in text. Either would be a 500 or a silent change, so both are 422.
+const UNSTORABLE = /\u0000|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/** Why a string cannot be stored, or null when it can. */
+export function unstorableText(s: string): string | null {
+  const m = UNSTORABLE.exec(s);
+  if (!m) return null;
+  return m[0] === '\u0000' ? 'contains a NUL character' : 'contains an unpaired UTF-16 surrogate';
+}
+
+/**
+ * Issues with a parsed JSON value that no schema expresses: nesting depth, strings (values and keys)
+ * the database cannot store, and `__proto__` keys (assigning one sets a prototype, so the key would
+ * silently vanish from metadata).
+ */
+export function findUnsafeJson(value: unknown, path = '', depth = 1): { path: string; message: string }[] {
+  const at = (k: string | number) => (path ? `${path}.${k}` : String(k));
+  if (typeof value === 'string') {
+    const why = unstorableText(value);
+    return why ? [{ path, message: why }] : [];
+  }
+  if (value === null || typeof value !== 'object') return [];
+  if (depth > MAX_JSON_DEPTH) return [{ path, message: `nested deeper than ${MAX_JSON_DEPTH} levels` }];
+  const out: { path: string; message: string }[] = [];
+  if (Array.isArray(value)) {
+    for (const [i, v] of value.entries()) out.push(...findUnsafeJson(v, at(i), depth + 1));
+    return out;
+  }
+  for (const [k, v] of Object.entries(value)) {
+    const keyIssue = unstorableText(k);
+    const why = k === '__proto__' ? '"__proto__" is a reserved key' : keyIssue && `the key ${keyIssue}`;
+    if (why) out.push({ path: at(k), message: why });
+    else out.push(...findUnsafeJson(v, at(k), depth + 1));
+  }
+  return out;
+}
+
+/**
+ * Read a JSON body: 415 when it is not JSON, 400 when it does not parse, 422 when it fails the schema.
+ * `readOnly` lists response-only fields a client may send back on PUT (they are ignored).
+ */
+export async function parseJsonBody<T>(
+  c: Context,
+  schema: z.ZodType<T>,
+  readOnly: readonly string[] = [],
+): Promise<ParsedBody<T>> {
+  const type = c.req.header('content-type') ?? '';
+  if (!JSON_TYPE.test(type)) {
+    throw new HttpError(
+      415,
+      'UNSUPPORTED_MEDIA_TYPE',
+      'Unsupported Media Type',
+      'the body must be JSON sent with Content-Type: application/json',
+    );
+  }
+  const raw = await c.req.text();
+  if (raw.trim() === '')
+    throw new BadRequestError('MALFORMED_JSON', 'the request body is empty; a JSON object was expected');
+  let json: unknown;
+  try {
+    json = JSON.parse(raw);
+  } catch (err) {
+    throw new BadRequestError(
+      'MALFORMED_JSON',
+      `the request body is not valid JSON: ${(err as Error).message}`,
+    );
+  }
+  if (json === null || typeof json !== 'object' || Array.isArray(json)) {
+    throw new ValidationError('the body must be a JSON object', [
+      { path: '', message: 'expected an object' },
+    ]);
+  }
+  const unsafe = findUnsafeJson(json);
+  if (unsafe.length)
+    throw new ValidationError('the request body holds values that cannot be stored', unsafe.slice(0, 20));
+  if (readOnly.length) {
+    const copy = { ...(json as Record<string, unknown>) };
+    for (const k of readOnly) delete copy[k];
+    json = copy;
+  }
+  const r = schema.safeParse(json);
+  if (!r.success) throw new ValidationError('the request body is invalid', zodIssues(r.error));
+  return { data: r.data, raw };
+}
+
+/** 400 when a query parameter (name or value) holds text the database cannot take. */
+export function checkQueryText(c: Context): void {
+  for (const [k, values] of Object.entries(c.req.queries())) {
+    for (const v of [k, ...values]) {
+      const why = unstorableText(v);
+      if (why) throw new BadRequestError('INVALID_QUERY', `query parameter ${JSON.stringify(k)} ${why}`);
+    }
+  }
+}
+
+/** Parse query parameters with a schema; failures are 400 (CONTRACT.md: bad query). */
+export function parseQuery<T>(c: Context, schema: z.ZodType<T>): T {
+  const r = schema.safeParse(c.req.query());
+  if (!r.success)
+    throw new BadRequestError('INVALID_QUERY', 'the query parameters are invalid', zodIssues(r.error));
+  return r.data;
+}
+
+export const parsePage = (c: Context): PageQuery => parseQuery(c, PageQuery);
+
+/** A list response: bare JSON array, `X-Total` header. */
+export function listResponse(c: Context, items: unknown[], total: number) {
+  c.header('X-Total', String(total));
+  return c.json(items);
+}
+
+export function created(c: Context, path: string, body: unknown) {
+  c.header('Location', path);
+  return c.json(body, 201);
+}
+
+export const sha256 = (s: string): string => createHash('sha256').update(s).digest('hex');

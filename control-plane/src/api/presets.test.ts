@@ -1,0 +1,165 @@
+// biome-ignore-all lint/suspicious/noTemplateCurlyInString: ${NAME} wildcards are literal request text.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  countRows,
+  errorPaths,
+  eventRows,
+  expectProblem,
+  json,
+  readList,
+  UNKNOWN_ID,
+  VALID,
+} from '../../../test/api/support.ts';
+import { createTestApp, type TestApp } from '../../../test/helpers/app.ts';
+
+describe('preset routes', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await createTestApp();
+  });
+  afterAll(() => t.close());
+
+  const full = {
+    name: 'h264-1080p',
+    description: 'web mezzanine',
+    command: '-i ${INPUT_FILE} -c:v libx264 ${OUTPUT_FILE} && ${TRANSCODER} -i ${OUTPUT_FILE} -f null -',
+    outputFile: '/out/${INPUT_FILE_BASENAME}.mp4',
+    priority: 10,
+    preProcessing: { scriptPath: '/bin/pre', sidecarPath: '/tmp/s.json', importSidecar: true },
+    postProcessing: { scriptPath: '/bin/post', sidecarPath: '/tmp/p.json' },
+    webhooks: [
+      { event: 'preset.updated', url: 'http://hooks.test/p' },
+      { event: 'task.created', url: 'http://hooks.test/t' },
+    ],
+    requires: ['gpu', 'encoder:hevc_nvenc'],
+  };
+
+  it('creates a preset: 201, Location and every field (plain strings, not raw/resolved)', async () => {
+    const res = await t.call('POST', '/api/v1/presets', full);
+    const p = await json(res, 201);
+    expect(res.headers.get('location')).toBe(`/api/v1/presets/${p.id}`);
+    expect(p).toEqual({ ...full, id: p.id, uuid: p.id, createdAt: p.createdAt, updatedAt: p.createdAt });
+    expect(p.createdAt).toBeGreaterThan(1_600_000_000_000);
+  });
+
+  it('fills defaults for optional fields', async () => {
+    const p = await json(await t.call('POST', '/api/v1/presets', { name: 'min', command: '-i a b' }), 201);
+    expect(p).toMatchObject({
+      description: '',
+      outputFile: '',
+      priority: 0,
+      preProcessing: null,
+      postProcessing: null,
+      webhooks: [],
+      requires: [],
+    });
+  });
+
+  it('validates the body with 422 naming the field', async () => {
+    const cases: [object, string][] = [
+      [{ command: '-i a b' }, 'name'],
+      [{ name: 'x' }, 'command'],
+      [{ name: '', command: '-i a b' }, 'name'],
+      [{ name: 'x', command: '-i a b && -i c d' }, 'command'],
+      [{ name: 'x', command: '-i a b', priority: 2000 }, 'priority'],
+      [
+        { name: 'x', command: '-i a b', webhooks: [{ event: 'batch.created', url: 'http://h.test' }] },
+        'webhooks.0.event',
+      ],
+      [
+        { name: 'x', command: '-i a b', webhooks: [{ event: 'preset.created', url: 'mailto:a@b' }] },
+        'webhooks.0.url',
+      ],
+      [{ name: 'x', command: '-i a b', bogus: true }, 'bogus'],
+    ];
+    const before = await countRows(t.db);
+    for (const [body, path] of cases) {
+      const p = await expectProblem(await t.call('POST', '/api/v1/presets', body), 422, 'VALIDATION_FAILED');
+      expect(errorPaths(p), JSON.stringify(body)).toEqual([path]);
+    }
+    expect(await countRows(t.db)).toEqual(before);
+  });
+
+  it('gets and lists presets with X-Total; unknown ids are 404', async () => {
+    const p = await json(await t.call('POST', '/api/v1/presets', VALID.preset()), 201);
+    expect(await json(await t.call('GET', `/api/v1/presets/${p.id}`))).toEqual(p);
+    const all = await readList(await t.call('GET', '/api/v1/presets'));
+    expect(all.total).toBe(all.items.length);
+    expect(all.items[0]).toEqual(p);
+    await expectProblem(await t.call('GET', `/api/v1/presets/${UNKNOWN_ID}`), 404, 'PRESET_NOT_FOUND');
+    await expectProblem(await t.call('GET', '/api/v1/presets/abc'), 404, 'PRESET_NOT_FOUND');
+  });
+
+  it('PUT replaces the whole definition, ignores echoed read-only fields and emits preset.updated', async () => {
+    const p = await json(await t.call('POST', '/api/v1/presets', full), 201);
+    // A client may send back the object it read: id/uuid/createdAt/updatedAt are ignored, not 422.
+    const res = await t.call('PUT', `/api/v1/presets/${p.id}`, {
+      id: UNKNOWN_ID,
+      uuid: UNKNOWN_ID,
+      createdAt: 1,
+      updatedAt: 2,
+      name: 'renamed',
+      command: '-i a b',
+    });
+    const updated = await json(res);
+    expect(updated).toMatchObject({
+      id: p.id,
+      name: 'renamed',
+      command: '-i a b',
+      description: '',
+      outputFile: '',
+      priority: 0,
+      preProcessing: null,
+      postProcessing: null,
+      webhooks: [],
+      requires: [],
+      createdAt: p.createdAt,
+    });
+    expect(updated.updatedAt).toBeGreaterThanOrEqual(p.updatedAt);
+    expect(await json(await t.call('GET', `/api/v1/presets/${p.id}`))).toEqual(updated);
+    const ev = (await eventRows(t.db, 'preset.updated')).filter((e) => e.payload.data.id === p.id);
+    expect(ev).toHaveLength(1);
+    expect(ev[0]!.payload.data).toEqual(updated);
+    await expectProblem(
+      await t.call('PUT', `/api/v1/presets/${UNKNOWN_ID}`, VALID.preset()),
+      404,
+      'PRESET_NOT_FOUND',
+    );
+    await expectProblem(
+      await t.call('PUT', `/api/v1/presets/${p.id}`, { name: 'x' }),
+      422,
+      'VALIDATION_FAILED',
+    );
+  });
+
+  it('deletes with 204; a preset used by a watchfolder is 409 PRESET_IN_USE until the watchfolder is gone', async () => {
+    const p = await json(await t.call('POST', '/api/v1/presets', VALID.preset()), 201);
+    const wf = await json(
+      await t.call('POST', '/api/v1/watchfolders', { ...VALID.watchfolder(p.id), name: 'uses-it' }),
+      201,
+    );
+    const conflict = await expectProblem(
+      await t.call('DELETE', `/api/v1/presets/${p.id}`),
+      409,
+      'PRESET_IN_USE',
+    );
+    expect(conflict.detail).toContain('uses-it');
+    expect((await t.call('GET', `/api/v1/presets/${p.id}`)).status).toBe(200);
+    expect((await t.call('DELETE', `/api/v1/watchfolders/${wf.id}`)).status).toBe(204);
+    const res = await t.call('DELETE', `/api/v1/presets/${p.id}`);
+    expect(res.status).toBe(204);
+    expect(await res.text()).toBe('');
+    await expectProblem(await t.call('GET', `/api/v1/presets/${p.id}`), 404, 'PRESET_NOT_FOUND');
+    await expectProblem(await t.call('DELETE', `/api/v1/presets/${p.id}`), 404, 'PRESET_NOT_FOUND');
+    expect((await eventRows(t.db, 'preset.deleted')).filter((e) => e.payload.data.id === p.id)).toHaveLength(
+      1,
+    );
+  });
+
+  it('keeps tasks created from a deleted preset readable', async () => {
+    const p = await json(await t.call('POST', '/api/v1/presets', VALID.preset()), 201);
+    const task = await json(await t.call('POST', '/api/v1/tasks', { preset: p.id }), 201);
+    expect((await t.call('DELETE', `/api/v1/presets/${p.id}`)).status).toBe(204);
+    expect((await json(await t.call('GET', `/api/v1/tasks/${task.id}`))).preset).toBe(p.id);
+  });
+});

@@ -1,0 +1,27 @@
+import { PresetCreate } from '@ffleet/shared';
+import { Hono } from 'hono';
+import { createPreset, deletePreset, getPreset, listPresets, updatePreset } from '../services/presets.ts';
+import type { ApiEnv } from './app-env.ts';
+import { created, listResponse, parseJsonBody, parsePage } from './http.ts';
+
+const READ_ONLY = ['id', 'uuid', 'createdAt', 'updatedAt'];
+
+export const presetsApi = new Hono<ApiEnv>()
+  .post('/', async (c) => {
+    const { data } = await parseJsonBody(c, PresetCreate, READ_ONLY);
+    const p = await createPreset(c.var.ctx, data);
+    return created(c, `/api/v1/presets/${p.id}`, p);
+  })
+  .get('/', async (c) => {
+    const { items, total } = await listPresets(c.var.ctx, parsePage(c));
+    return listResponse(c, items, total);
+  })
+  .get('/:id', async (c) => c.json(await getPreset(c.var.ctx, c.req.param('id'))))
+  .put('/:id', async (c) => {
+    const { data } = await parseJsonBody(c, PresetCreate, READ_ONLY);
+    return c.json(await updatePreset(c.var.ctx, c.req.param('id'), data));
+  })
+  .delete('/:id', async (c) => {
+    await deletePreset(c.var.ctx, c.req.param('id'));
+    return c.body(null, 204);
+  });

@@ -1,0 +1,64 @@
+import { TaskCreate, TaskListQuery } from '@ffleet/shared';
+import type { Context } from 'hono';
+import { Hono } from 'hono';
+import { ReplayResponse } from '../services/idempotency.ts';
+import {
+  cancelTask,
+  createTask,
+  deleteTask,
+  getTask,
+  getTaskLogs,
+  listTasks,
+  restartTask,
+} from '../services/tasks.ts';
+import type { ApiEnv } from './app-env.ts';
+import { BadRequestError } from './errors.ts';
+import { created, listResponse, parseJsonBody, parsePage, parseQuery, sha256 } from './http.ts';
+
+/** `Idempotency-Key` → the request's identity for replay (route + key + body hash). */
+export function idempotencyOf(c: Context, route: string, raw: string) {
+  const key = c.req.header('idempotency-key');
+  if (key === undefined) return undefined;
+  if (key.length < 1 || key.length > 255)
+    throw new BadRequestError('INVALID_IDEMPOTENCY_KEY', 'Idempotency-Key must be 1 to 255 characters');
+  return { route, key, bodyHash: sha256(raw) };
+}
+
+/** Run a create; an idempotent replay answers with the first response. */
+export async function withReplay(c: Context, run: () => Promise<Response>): Promise<Response> {
+  try {
+    return await run();
+  } catch (err) {
+    if (!(err instanceof ReplayResponse)) throw err;
+    if (err.stored.location) c.header('Location', err.stored.location);
+    c.header('Idempotent-Replayed', 'true');
+    return c.json(err.stored.body as object, err.stored.status as 201);
+  }
+}
+
+export const tasksApi = new Hono<ApiEnv>()
+  .post('/', async (c) => {
+    const { data, raw } = await parseJsonBody(c, TaskCreate);
+    const idem = idempotencyOf(c, 'POST /tasks', raw);
+    return withReplay(c, async () => {
+      const task = await createTask(c.var.ctx, data, idem);
+      return created(c, `/api/v1/tasks/${task.id}`, task);
+    });
+  })
+  .get('/', async (c) => {
+    const page = parsePage(c);
+    const q = parseQuery(c, TaskListQuery);
+    const { items, total } = await listTasks(c.var.ctx, q, page);
+    return listResponse(c, items, total);
+  })
+  .get('/:id', async (c) => c.json(await getTask(c.var.ctx, c.req.param('id'))))
+  .get('/:id/logs', async (c) => {
+    const text = await getTaskLogs(c.var.ctx, c.req.param('id'));
+    return c.text(text, 200, { 'Content-Type': 'text/plain; charset=utf-8' });
+  })
+  .on(['PATCH', 'POST'], '/:id/cancel', async (c) => c.json(await cancelTask(c.var.ctx, c.req.param('id'))))
+  .on(['PATCH', 'POST'], '/:id/restart', async (c) => c.json(await restartTask(c.var.ctx, c.req.param('id'))))
+  .delete('/:id', async (c) => {
+    await deleteTask(c.var.ctx, c.req.param('id'));
+    return c.body(null, 204);
+  });

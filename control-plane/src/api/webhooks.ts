@@ -1,0 +1,51 @@
+import { ExecutionListQuery, WebhookCreate } from '@ffleet/shared';
+import { Hono } from 'hono';
+import {
+  createWebhook,
+  deleteWebhook,
+  getExecution,
+  getWebhook,
+  listExecutions,
+  listWebhooks,
+  updateWebhook,
+} from '../services/webhooks.ts';
+import type { ApiEnv } from './app-env.ts';
+import { created, listResponse, parseJsonBody, parsePage, parseQuery } from './http.ts';
+
+const READ_ONLY = ['id', 'uuid', 'createdAt', 'updatedAt', 'hasSecret'];
+
+/** Redelivery is installed by the webhook dispatcher (it owns delivery). */
+export type Redeliver = (executionId: string) => Promise<unknown>;
+
+export const webhooksApi = (redeliver: Redeliver) =>
+  new Hono<ApiEnv>()
+    .post('/', async (c) => {
+      const { data } = await parseJsonBody(c, WebhookCreate, READ_ONLY);
+      const w = await createWebhook(c.var.ctx, data);
+      return created(c, `/api/v1/webhooks/${w.id}`, w);
+    })
+    .get('/', async (c) => {
+      const { items, total } = await listWebhooks(c.var.ctx, parsePage(c));
+      return listResponse(c, items, total);
+    })
+    // Registered before /:id so "executions" is never read as a webhook id.
+    .get('/executions', async (c) => {
+      const page = parsePage(c);
+      const q = parseQuery(c, ExecutionListQuery);
+      const { items, total } = await listExecutions(c.var.ctx, q, page);
+      return listResponse(c, items, total);
+    })
+    .get('/executions/:id', async (c) => c.json(await getExecution(c.var.ctx, c.req.param('id'))))
+    .post('/executions/:id/redeliver', async (c) => {
+      const exec = await getExecution(c.var.ctx, c.req.param('id'));
+      return c.json((await redeliver(exec.id)) as object, 202);
+    })
+    .get('/:id', async (c) => c.json(await getWebhook(c.var.ctx, c.req.param('id'))))
+    .put('/:id', async (c) => {
+      const { data } = await parseJsonBody(c, WebhookCreate, READ_ONLY);
+      return c.json(await updateWebhook(c.var.ctx, c.req.param('id'), data));
+    })
+    .delete('/:id', async (c) => {
+      await deleteWebhook(c.var.ctx, c.req.param('id'));
+      return c.body(null, 204);
+    });

@@ -1,0 +1,41 @@
+import { createHash, timingSafeEqual } from 'node:crypto';
+import { AGENT_ID_RE, type AgentTopicKind, agentTopic, TOPIC_ROOT } from '@ffleet/shared';
+
+/** The topic kinds an agent may publish on under its own id. */
+export const AGENT_PUBLISH_KINDS: readonly AgentTopicKind[] = [
+  'status',
+  'hello',
+  'heartbeat',
+  'requests',
+  'events',
+];
+
+/** Agents may subscribe to anything below this prefix (hints the control plane sends to all). */
+export const BROADCAST_PREFIX = `${TOPIC_ROOT}/broadcast/`;
+
+/**
+ * Compare two secrets in constant time. Both sides are hashed first so neither the length nor the
+ * position of the first differing byte leaks through timing.
+ */
+export function equalSecrets(given: string | Buffer | undefined, expected: string): boolean {
+  if (given === undefined) return false;
+  const a = createHash('sha256').update(given).digest();
+  const b = createHash('sha256').update(expected).digest();
+  return timingSafeEqual(a, b);
+}
+
+/** True when `agentId` may publish on `topic`. */
+export function mayAgentPublish(agentId: string, topic: string): boolean {
+  if (!AGENT_ID_RE.test(agentId)) return false;
+  return AGENT_PUBLISH_KINDS.some((kind) => topic === agentTopic(agentId, kind));
+}
+
+/**
+ * True when `agentId` may subscribe with `filter`: its own inbox, or any filter that starts with the
+ * literal broadcast prefix (such a filter can only ever match broadcast topics).
+ */
+export function mayAgentSubscribe(agentId: string, filter: string): boolean {
+  if (!AGENT_ID_RE.test(agentId)) return false;
+  if (filter === agentTopic(agentId, 'inbox')) return true;
+  return filter.startsWith(BROADCAST_PREFIX);
+}

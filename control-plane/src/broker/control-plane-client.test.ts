@@ -1,0 +1,235 @@
+import {
+  type AgentBirth,
+  type AgentHeartbeat,
+  type AgentHello,
+  type AgentRequest,
+  agentTopic,
+  PROTOCOL_VERSION,
+  type TaskReport,
+  WORK_TOPIC,
+} from '@ffleet/shared';
+import type { MqttClient } from 'mqtt';
+import pino from 'pino';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { ControlPlaneClient } from './control-plane-client.ts';
+import {
+  captureLogger,
+  connectRaw,
+  findFreePort,
+  TEST_BROKER_KINDS,
+  type TestBroker,
+  waitFor,
+} from './test-brokers.ts';
+
+const silent = pino({ level: 'silent' });
+
+function sampleBirth(name: string): AgentBirth {
+  return {
+    state: 'online',
+    bootId: 'boot-1',
+    name,
+    version: '0.1.0',
+    protocol: PROTOCOL_VERSION,
+    hostname: 'host',
+    os: 'linux',
+    arch: 'x64',
+    transcoder: { path: '/usr/bin/ffmpeg', version: '5.1' },
+    encoders: ['libx264'],
+    hwaccels: [],
+    labels: [],
+    slots: 2,
+    ts: 1,
+  };
+}
+
+const report = (seq: number): TaskReport => ({
+  kind: 'update',
+  taskId: 't1',
+  attempt: 1,
+  leaseToken: 'lease',
+  seq,
+  patch: { progress: seq },
+});
+
+describe.each(TEST_BROKER_KINDS)('ControlPlaneClient on $kind', ({ start }) => {
+  let broker: TestBroker;
+  const cps: ControlPlaneClient[] = [];
+  const raws: MqttClient[] = [];
+
+  beforeAll(async () => {
+    broker = await start();
+  });
+  afterAll(async () => {
+    await broker?.dispose();
+  });
+  afterEach(async () => {
+    await Promise.all(cps.splice(0).map((c) => c.stop()));
+    await Promise.all(raws.splice(0).map((c) => c.endAsync(true)));
+  });
+
+  async function startCp(
+    opts: { logger?: pino.Logger; clientId?: string; setup?: (cp: ControlPlaneClient) => void } = {},
+  ): Promise<ControlPlaneClient> {
+    const cp = new ControlPlaneClient({
+      url: broker.url,
+      username: broker.internalUser,
+      password: broker.internalToken,
+      logger: opts.logger ?? silent,
+      clientId: opts.clientId,
+    });
+    cps.push(cp);
+    opts.setup?.(cp);
+    const r = await cp.start();
+    if (!r.ok) throw new Error(r.error);
+    return cp;
+  }
+
+  async function rawAgent(name: string): Promise<MqttClient> {
+    const r = await connectRaw(broker.url, { username: name, password: broker.agentToken });
+    if (!r.ok) throw new Error(r.error);
+    raws.push(r.client);
+    return r.client;
+  }
+
+  it('hands every agent message kind to its handler with the agent id from the topic', async () => {
+    const cp = await startCp();
+    const got: string[] = [];
+    cp.onBirth((id, b, retained) => void got.push(`birth ${id} ${b.slots} ${retained}`));
+    cp.onHello((id, h) => void got.push(`hello ${id} ${h.running.length}`));
+    cp.onHeartbeat((id, hb) => void got.push(`heartbeat ${id} ${hb.freeSlots}`));
+    cp.onRequest((id, r) => void got.push(`request ${id} ${r.type}`));
+    cp.onReport((id, r) => void got.push(`report ${id} ${r.seq}`));
+    const agent = await rawAgent('agent-0');
+    const hello: AgentHello = { bootId: 'b', running: [{ taskId: 't', attempt: 1, leaseToken: 'l' }], ts: 1 };
+    const hb: AgentHeartbeat = { bootId: 'b', freeSlots: 3, running: [], ts: 1 };
+    const req: AgentRequest = { type: 'claim', requestId: 'r1', max: 2 };
+    await agent.publishAsync(agentTopic('agent-0', 'status'), JSON.stringify(sampleBirth('agent-0')), {
+      qos: 1,
+      retain: true,
+    });
+    await agent.publishAsync(agentTopic('agent-0', 'hello'), JSON.stringify(hello), { qos: 1 });
+    await agent.publishAsync(agentTopic('agent-0', 'heartbeat'), JSON.stringify(hb), { qos: 0 });
+    await agent.publishAsync(agentTopic('agent-0', 'requests'), JSON.stringify(req), { qos: 1 });
+    await agent.publishAsync(agentTopic('agent-0', 'events'), JSON.stringify(report(7)), { qos: 1 });
+    await waitFor(() => got.length === 5, 'five messages');
+    expect(got).toEqual([
+      'birth agent-0 2 false',
+      'hello agent-0 1',
+      'heartbeat agent-0 3',
+      'request agent-0 claim',
+      'report agent-0 7',
+    ]);
+    // A control plane that subscribes later gets the birth as a retained message.
+    const retained: string[] = [];
+    await startCp({
+      clientId: 'cp-late',
+      setup: (late) => late.onBirth((id, _b, r) => void retained.push(`${id} ${r}`)),
+    });
+    await waitFor(() => retained.includes('agent-0 true'), 'retained birth');
+    await agent.publishAsync(agentTopic('agent-0', 'status'), '', { qos: 1, retain: true });
+  });
+
+  it('drops and logs malformed payloads, keeps running, and still delivers the next valid one', async () => {
+    const { logger, records } = captureLogger();
+    const cp = await startCp({ logger });
+    const reports: number[] = [];
+    cp.onReport((_id, r) => void reports.push(r.seq));
+    cp.onBirth(() => {
+      throw new Error('must not be called');
+    });
+    const agent = await rawAgent('agent-1');
+    const bad: Array<[Parameters<typeof agentTopic>[1], string]> = [
+      ['events', 'not json'],
+      ['events', JSON.stringify({ kind: 'update', taskId: 't1' })],
+      ['status', '{"state":"online"}'],
+      ['hello', '[]'],
+      ['heartbeat', '{"freeSlots":"many"}'],
+      ['requests', JSON.stringify({ type: 'claim', requestId: 'r', max: 9999 })],
+    ];
+    for (const [kind, payload] of bad)
+      await agent.publishAsync(agentTopic('agent-1', kind), payload, { qos: 1 });
+    await agent.publishAsync(agentTopic('agent-1', 'events'), JSON.stringify(report(1)), { qos: 1 });
+    await waitFor(() => reports.length === 1, 'valid report after the malformed ones');
+    const drops = records.filter((r) => r.msg === 'dropped malformed agent message');
+    expect(drops.map((d) => [d.agent, d.topic])).toEqual(
+      bad.map(([kind]) => ['agent-1', agentTopic('agent-1', kind)]),
+    );
+    expect(drops.every((d) => d.level === 40)).toBe(true);
+    expect(cp.connected).toBe(true);
+  });
+
+  it('survives handlers that throw or reject', async () => {
+    const { logger, records } = captureLogger();
+    const cp = await startCp({ logger });
+    const seen: number[] = [];
+    cp.onReport(() => {
+      throw new Error('boom');
+    });
+    cp.onReport(async () => {
+      throw new Error('async boom');
+    });
+    cp.onReport((_id, r) => void seen.push(r.seq));
+    const agent = await rawAgent('agent-2');
+    for (const seq of [1, 2]) {
+      await agent.publishAsync(agentTopic('agent-2', 'events'), JSON.stringify(report(seq)), { qos: 1 });
+    }
+    await waitFor(
+      () => seen.length === 2 && records.filter((r) => r.msg === 'handler failed').length === 4,
+      'logs',
+    );
+  });
+
+  it('sends inbox messages to one agent and work hints to all', async () => {
+    const cp = await startCp();
+    const agent = await rawAgent('agent-3');
+    const got: string[] = [];
+    agent.on('message', (topic, payload) => got.push(`${topic} ${payload.toString()}`));
+    await agent.subscribeAsync({ [agentTopic('agent-3', 'inbox')]: { qos: 1 }, [WORK_TOPIC]: { qos: 0 } });
+    expect(await cp.sendInbox('agent-3', { type: 'ack', taskId: 't1', attempt: 1, seq: 4 })).toEqual({
+      ok: true,
+    });
+    expect(await cp.broadcastWork()).toEqual({ ok: true });
+    await waitFor(() => got.length === 2, 'inbox and hint');
+    expect(JSON.parse(got[0]!.split(' ')[1]!)).toEqual({ type: 'ack', taskId: 't1', attempt: 1, seq: 4 });
+    expect(got[1]).toMatch(new RegExp(`^${WORK_TOPIC} `));
+    expect(await cp.sendInbox('bad/id', { type: 'refused', reason: 'x' })).toMatchObject({ ok: false });
+  });
+
+  it('reports refused credentials and an unreachable broker from start() as values', async () => {
+    const wrong = new ControlPlaneClient({
+      url: broker.url,
+      username: broker.internalUser,
+      password: 'nope',
+      logger: silent,
+    });
+    cps.push(wrong);
+    const r = await wrong.start();
+    expect(r.ok).toBe(false);
+    if (!r.ok) expect(r.error).toContain('refused');
+    const port = await findFreePort();
+    const nowhere = new ControlPlaneClient({
+      url: `mqtt://127.0.0.1:${port}`,
+      username: 'x',
+      password: 'y',
+      logger: silent,
+      startTimeoutMs: 300,
+    });
+    cps.push(nowhere);
+    expect(await nowhere.start()).toMatchObject({ ok: false });
+  });
+
+  it('emits connection events across a broker restart and receives again afterwards', async () => {
+    const cp = await startCp();
+    const events: boolean[] = [];
+    cp.on('connection', (c) => events.push(c));
+    const reports: number[] = [];
+    cp.onReport((_id, r) => void reports.push(r.seq));
+    await broker.stop();
+    await waitFor(() => events.includes(false), 'disconnect event');
+    await broker.start();
+    await waitFor(() => events.at(-1) === true, 'reconnect event', 10_000);
+    const agent = await rawAgent('agent-4');
+    await agent.publishAsync(agentTopic('agent-4', 'events'), JSON.stringify(report(3)), { qos: 1 });
+    await waitFor(() => reports.includes(3), 'report after restart');
+  });
+});

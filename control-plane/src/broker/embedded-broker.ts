@@ -1,0 +1,162 @@
+import { createServer, type Server, type Socket } from 'node:net';
+import { AGENT_ID_RE } from '@ffleet/shared';
+import { Aedes, type AuthenticateError, type Client } from 'aedes';
+import type { Logger } from 'pino';
+import { equalSecrets, mayAgentPublish, mayAgentSubscribe } from './broker-acl.ts';
+
+export interface EmbeddedBrokerOptions {
+  /** TCP port; 0 picks a free one (see the result of `start()`). */
+  port: number;
+  /** Interface to bind; default all interfaces, so remote agents can connect. */
+  host?: string;
+  /** Shared secret every agent presents as its MQTT password. */
+  agentToken: string;
+  /** Username of the control plane's own client, which has all rights. */
+  internalUser: string;
+  internalToken: string;
+  logger: Logger;
+}
+
+/** CONNACK return code 4: bad user name or password (MQTT 3.1.1 §3.2.2.3). */
+const BAD_CREDENTIALS = 4;
+/** A stuck subscriber must not stall delivery to everyone else (aedes' concurrency slots). */
+const DRAIN_TIMEOUT_MS = 30_000;
+
+/**
+ * The MQTT broker built into the control plane (aedes over a plain TCP server) for single-host
+ * installs. Authenticates agents by name + shared token and confines each to its own topics; the
+ * internal user (the control plane) may do anything. State is in memory: a restart drops sessions and
+ * retained births, which agents restore by republishing on reconnect.
+ */
+export class EmbeddedBroker {
+  private readonly opts: EmbeddedBrokerOptions;
+  private readonly logger: Logger;
+  private aedes: Aedes | null = null;
+  private server: Server | null = null;
+  private readonly sockets = new Set<Socket>();
+  /** Clients that authenticated as the internal user (by object, since their client id is free). */
+  private internalClients = new WeakSet<Client>();
+
+  constructor(opts: EmbeddedBrokerOptions) {
+    this.opts = opts;
+    this.logger = opts.logger.child({ component: 'broker' });
+  }
+
+  /** Listen; resolves with the bound port. Rejects with a readable Error when the port is taken. */
+  async start(): Promise<{ port: number }> {
+    if (this.server) throw new Error('EmbeddedBroker already started');
+    const aedes = await Aedes.createBroker({ drainTimeout: DRAIN_TIMEOUT_MS });
+    this.internalClients = new WeakSet();
+    aedes.authenticate = (client, username, password, done) =>
+      this.authenticate(client, username, password, done);
+    aedes.authorizePublish = (client, packet, done) => {
+      // client is null only for a Will left by a client that already went away; it was checked then.
+      if (!client || this.internalClients.has(client) || mayAgentPublish(client.id, packet.topic))
+        return done(null);
+      this.logger.warn({ agent: client.id, topic: packet.topic }, 'publish refused by ACL');
+      done(new Error('publish not allowed'));
+    };
+    aedes.authorizeSubscribe = (client, sub, done) => {
+      if (this.internalClients.has(client) || mayAgentSubscribe(client.id, sub.topic)) return done(null, sub);
+      this.logger.warn({ agent: client.id, topic: sub.topic }, 'subscribe refused by ACL');
+      // Negate (SUBACK 0x80) instead of erroring, which would drop the connection: same as Mosquitto.
+      done(null, null);
+    };
+    aedes.on('clientError', (client, err) =>
+      this.logger.debug({ client: client.id, err: err.message }, 'client error'),
+    );
+    aedes.on('connectionError', (client, err) =>
+      this.logger.debug({ client: client.id, err: err.message }, 'connection error'),
+    );
+
+    const server = createServer((socket) => {
+      this.sockets.add(socket);
+      socket.once('close', () => this.sockets.delete(socket));
+      aedes.handle(socket);
+    });
+    const { port, host } = this.opts;
+    try {
+      await new Promise<void>((resolve, reject) => {
+        server.once('error', reject);
+        server.listen({ port, host }, () => {
+          server.off('error', reject);
+          resolve();
+        });
+      });
+    } catch (err) {
+      await new Promise<void>((resolve) => aedes.close(() => resolve()));
+      throw describeListenError(err, port, host);
+    }
+    server.on('error', (err) => this.logger.error({ err: err.message }, 'broker server error'));
+    this.aedes = aedes;
+    this.server = server;
+    const address = server.address();
+    const bound = typeof address === 'object' && address ? address.port : port;
+    this.logger.info({ port: bound, host: host ?? '0.0.0.0' }, 'embedded MQTT broker listening');
+    return { port: bound };
+  }
+
+  /** Disconnect every client and close the listener. Idempotent; start() may be called again after. */
+  async stop(): Promise<void> {
+    const { aedes, server } = this;
+    this.aedes = null;
+    this.server = null;
+    if (!server || !aedes) return;
+    const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+    await new Promise<void>((resolve) => aedes.close(() => resolve()));
+    for (const s of this.sockets) s.destroy();
+    this.sockets.clear();
+    await closed;
+    this.logger.info('embedded MQTT broker stopped');
+  }
+
+  private authenticate(
+    client: Client,
+    username: string | undefined,
+    password: Buffer | undefined,
+    done: (error: AuthenticateError | null, success: boolean | null) => void,
+  ): void {
+    if (this.isAccepted(client, username, password)) {
+      done(null, true);
+      return;
+    }
+    // Never log the password; the names are what an operator needs to find the misconfigured host.
+    this.logger.warn({ client: client.id, username }, 'connection refused: bad credentials');
+    const err = new Error('bad username or password') as AuthenticateError;
+    err.returnCode = BAD_CREDENTIALS as AuthenticateError['returnCode'];
+    done(err, null);
+  }
+
+  private isAccepted(client: Client, username: string | undefined, password: Buffer | undefined): boolean {
+    const { internalUser, internalToken, agentToken } = this.opts;
+    if (username === internalUser) {
+      // The internal user name is reserved: it never authenticates with the agent token.
+      if (!equalSecrets(password, internalToken)) return false;
+      this.internalClients.add(client);
+      return true;
+    }
+    return (
+      username !== undefined &&
+      AGENT_ID_RE.test(username) &&
+      client.id === username &&
+      equalSecrets(password, agentToken)
+    );
+  }
+}
+
+function describeListenError(err: unknown, port: number, host: string | undefined): Error {
+  const code = (err as NodeJS.ErrnoException).code;
+  const where = `${host ?? '0.0.0.0'}:${port}`;
+  if (code === 'EADDRINUSE') {
+    return new Error(
+      `MQTT port ${port} is already in use (${where}). Set MQTT_PORT to a free port, ` +
+        'or set MQTT_URL to use an external broker instead of the embedded one.',
+    );
+  }
+  if (code === 'EACCES') {
+    return new Error(
+      `Not allowed to listen on MQTT port ${port} (${where}). Set MQTT_PORT to a port above 1024.`,
+    );
+  }
+  return new Error(`Could not start the MQTT broker on ${where}: ${(err as Error).message}`);
+}

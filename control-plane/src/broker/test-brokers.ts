@@ -1,0 +1,178 @@
+/**
+ * Test support (not used in production): real brokers for transport tests, so each suite can run the
+ * same scenarios against the embedded aedes broker and against a private Mosquitto.
+ */
+import { mkdtemp, rm } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { tmpdir, userInfo } from 'node:os';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import { connectAsync, type ErrorWithReasonCode, type MqttClient } from 'mqtt';
+import pino from 'pino';
+import { EmbeddedBroker } from './embedded-broker.ts';
+import { writeMosquittoConfig } from './mosquitto-config.ts';
+import { isMosquittoAvailable, MosquittoProcess } from './mosquitto-process.ts';
+
+export interface TestBroker {
+  kind: 'aedes' | 'mosquitto';
+  url: string;
+  port: number;
+  agentToken: string;
+  internalUser: string;
+  internalToken: string;
+  /** Stop the broker (all sessions and retained messages are lost: both run without persistence). */
+  stop(): Promise<void>;
+  /** Start it again on the same port. */
+  start(): Promise<void>;
+  /** Stop it and remove its files. Idempotent. */
+  dispose(): Promise<void>;
+}
+
+/** Agent names a test may use; Mosquitto needs every user in its password file up front. */
+export const TEST_AGENT_NAMES = Array.from({ length: 32 }, (_, i) => `agent-${i}`);
+const AGENT_TOKEN = 'agent-secret-token';
+const INTERNAL_USER = 'ffleet-control-plane';
+const INTERNAL_TOKEN = 'internal-secret-token';
+
+/** A TCP port that was free a moment ago. */
+export function findFreePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const addr = s.address();
+      const port = typeof addr === 'object' && addr ? addr.port : 0;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+export async function startAedesTestBroker(): Promise<TestBroker> {
+  const make = (port: number) =>
+    new EmbeddedBroker({
+      port,
+      host: '127.0.0.1',
+      agentToken: AGENT_TOKEN,
+      internalUser: INTERNAL_USER,
+      internalToken: INTERNAL_TOKEN,
+      logger: pino({ level: 'silent' }),
+    });
+  let broker = make(0);
+  const { port } = await broker.start();
+  return {
+    kind: 'aedes',
+    url: `mqtt://127.0.0.1:${port}`,
+    port,
+    agentToken: AGENT_TOKEN,
+    internalUser: INTERNAL_USER,
+    internalToken: INTERNAL_TOKEN,
+    stop: () => broker.stop(),
+    start: async () => {
+      broker = make(port);
+      await broker.start();
+    },
+    dispose: () => broker.stop(),
+  };
+}
+
+export async function startMosquittoTestBroker(): Promise<TestBroker> {
+  const dir = await mkdtemp(join(tmpdir(), 'ffleet-mosquitto-'));
+  const port = await findFreePort();
+  const written = await writeMosquittoConfig({
+    dir,
+    port,
+    agents: TEST_AGENT_NAMES.map((username) => ({ username, password: AGENT_TOKEN })),
+    internal: { username: INTERNAL_USER, password: INTERNAL_TOKEN },
+    // Under root, Mosquitto would drop to `mosquitto`, which cannot read our private temp dir.
+    runAsUser: process.getuid?.() === 0 ? userInfo().username : undefined,
+  });
+  let proc: MosquittoProcess | null = null;
+  const start = async () => {
+    if (!written.ok) throw new Error(written.error);
+    proc = new MosquittoProcess({ confPath: written.confPath, port });
+    const r = await proc.start();
+    if (!r.ok) throw new Error(r.error);
+  };
+  try {
+    await start();
+  } catch (err) {
+    // The caller never gets a handle to dispose of, so clean up here.
+    await rm(dir, { recursive: true, force: true });
+    throw err;
+  }
+  const stop = async () => {
+    await proc?.stop();
+  };
+  return {
+    kind: 'mosquitto',
+    url: `mqtt://127.0.0.1:${port}`,
+    port,
+    agentToken: AGENT_TOKEN,
+    internalUser: INTERNAL_USER,
+    internalToken: INTERNAL_TOKEN,
+    stop,
+    start,
+    dispose: async () => {
+      await stop();
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** The brokers every transport suite runs against: aedes always, Mosquitto when installed. */
+export const TEST_BROKER_KINDS: Array<{ kind: TestBroker['kind']; start: () => Promise<TestBroker> }> = [
+  { kind: 'aedes', start: startAedesTestBroker },
+  ...(isMosquittoAvailable() ? [{ kind: 'mosquitto' as const, start: startMosquittoTestBroker }] : []),
+];
+
+/** Resolve once `check()` is true; reject after `timeoutMs` with `what` in the message. */
+export async function waitFor(check: () => boolean, what: string, timeoutMs = 5_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+export interface LogRecord {
+  level: number;
+  msg: string;
+  [field: string]: unknown;
+}
+
+/** A pino logger whose records land in an array the test can inspect. */
+export function captureLogger(level: pino.Level = 'debug'): { logger: pino.Logger; records: LogRecord[] } {
+  const records: LogRecord[] = [];
+  const stream = new Writable({
+    write(chunk, _enc, cb) {
+      records.push(JSON.parse(String(chunk)) as LogRecord);
+      cb();
+    },
+  });
+  return { logger: pino({ level }, stream), records };
+}
+
+export type RawConnectResult =
+  | { ok: true; client: MqttClient }
+  | { ok: false; code: number | undefined; error: string };
+
+/** A plain mqtt.js client (no reconnects) for poking at the broker directly. */
+export async function connectRaw(
+  url: string,
+  opts: { username: string; password: string; clientId?: string; clean?: boolean },
+): Promise<RawConnectResult> {
+  try {
+    const client = await connectAsync(url, {
+      username: opts.username,
+      password: opts.password,
+      clientId: opts.clientId ?? opts.username,
+      clean: opts.clean ?? true,
+      protocolVersion: 4,
+      reconnectPeriod: 0,
+      connectTimeout: 5_000,
+    });
+    return { ok: true, client };
+  } catch (err) {
+    return { ok: false, code: (err as ErrorWithReasonCode).code, error: (err as Error).message };
+  }
+}

@@ -1,0 +1,119 @@
+import { hostname } from 'node:os';
+import { isAbsolute, resolve } from 'node:path';
+import { z } from 'zod';
+
+const bool = z
+  .enum(['1', '0', 'true', 'false', 'yes', 'no', 'on', 'off', ''])
+  .transform((v) => ['1', 'true', 'yes', 'on'].includes(v));
+const port = z.coerce.number().int().min(0).max(65535);
+const positiveInt = z.coerce.number().int().min(1);
+
+/** Every environment variable ffleet reads (CONTRACT.md "Configuration"), validated once at start. */
+const EnvSchema = z.object({
+  /** HTTP listen port. */
+  PORT: port.default(3000),
+  /** HTTP listen address; non-loopback requires FFLEET_API_TOKENS. */
+  HOST: z.string().min(1).default('127.0.0.1'),
+  /** PostgreSQL URL; unset → embedded PGlite under FFLEET_DATA_DIR. */
+  DATABASE_URL: z
+    .string()
+    .regex(/^postgres(ql)?:\/\//, 'must be a postgres:// or postgresql:// URL')
+    .optional(),
+  /** State of the embedded database, broker and agent outbox. */
+  FFLEET_DATA_DIR: z.string().min(1).default('./data'),
+  /** External broker; unset → embedded broker. */
+  MQTT_URL: z
+    .string()
+    .regex(/^(mqtts?|tcp|ssl|wss?):\/\//, 'must be an mqtt://, mqtts://, tcp://, ws:// or wss:// URL')
+    .optional(),
+  /** Embedded broker listen port. */
+  MQTT_PORT: port.default(1883),
+  /** Comma-separated API tokens; unset → loopback clients only. */
+  FFLEET_API_TOKENS: z.string().optional(),
+  /** Token agents present to join; generated and kept in the data dir when unset. */
+  FFLEET_AGENT_TOKEN: z.string().min(8, 'must be at least 8 characters').optional(),
+  /** Run one agent inside the control-plane process. */
+  FFLEET_LOCAL_AGENT: bool.default(false),
+  /** Per-attempt webhook delivery timeout. */
+  FFLEET_WEBHOOK_TIMEOUT_MS: positiveInt.max(600_000).default(10_000),
+  /** A running task's lease without a heartbeat. */
+  FFLEET_LEASE_TTL_MS: positiveInt.min(1000).max(3_600_000).default(30_000),
+  /** Largest accepted request body in bytes. */
+  FFLEET_BODY_LIMIT: positiveInt.default(1024 * 1024),
+  /** pino level. */
+  LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+});
+
+export type ControlPlaneConfig = {
+  port: number;
+  host: string;
+  databaseUrl: string | undefined;
+  dataDir: string;
+  mqttUrl: string | undefined;
+  mqttPort: number;
+  apiTokens: string[];
+  agentToken: string | undefined;
+  localAgent: boolean;
+  webhookTimeoutMs: number;
+  leaseTtlMs: number;
+  bodyLimit: number;
+  logLevel: string;
+};
+
+export class ConfigError extends Error {
+  constructor(
+    readonly variable: string,
+    message: string,
+  ) {
+    super(`invalid configuration: ${variable}: ${message}`);
+  }
+}
+
+const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost', '[::1]']);
+export const isLoopbackHost = (h: string): boolean => LOOPBACK.has(h) || h.startsWith('127.');
+
+/** Parse the control plane's config from an env object. Throws ConfigError naming the variable. */
+export function parseConfig(env: Record<string, string | undefined>): ControlPlaneConfig {
+  // Empty strings mean "unset" (common in compose files and systemd units).
+  const clean = Object.fromEntries(Object.entries(env).filter(([, v]) => v !== undefined && v !== ''));
+  const r = EnvSchema.safeParse(clean);
+  if (!r.success) {
+    const issue = r.error.issues[0]!;
+    throw new ConfigError(String(issue.path[0] ?? 'env'), issue.message);
+  }
+  const e = r.data;
+  const apiTokens = (e.FFLEET_API_TOKENS ?? '')
+    .split(',')
+    .map((t) => t.trim())
+    .filter(Boolean);
+  if (apiTokens.some((t) => t.length < 8)) {
+    throw new ConfigError('FFLEET_API_TOKENS', 'every token must be at least 8 characters');
+  }
+  if (!isLoopbackHost(e.HOST) && apiTokens.length === 0) {
+    throw new ConfigError(
+      'HOST',
+      `binding ${e.HOST} (not loopback) without FFLEET_API_TOKENS would expose the API unauthenticated; set FFLEET_API_TOKENS or HOST=127.0.0.1`,
+    );
+  }
+  const dataDir = isAbsolute(e.FFLEET_DATA_DIR) ? e.FFLEET_DATA_DIR : resolve(e.FFLEET_DATA_DIR);
+  return {
+    port: e.PORT,
+    host: e.HOST,
+    databaseUrl: e.DATABASE_URL,
+    dataDir,
+    mqttUrl: e.MQTT_URL,
+    mqttPort: e.MQTT_PORT,
+    apiTokens,
+    agentToken: e.FFLEET_AGENT_TOKEN,
+    localAgent: e.FFLEET_LOCAL_AGENT,
+    webhookTimeoutMs: e.FFLEET_WEBHOOK_TIMEOUT_MS,
+    leaseTtlMs: e.FFLEET_LEASE_TTL_MS,
+    bodyLimit: e.FFLEET_BODY_LIMIT,
+    logLevel: e.LOG_LEVEL,
+  };
+}
+
+export const defaultAgentName = (): string =>
+  hostname()
+    .replace(/[^A-Za-z0-9_.-]/g, '-')
+    .slice(0, 100) || 'agent';

@@ -1,0 +1,175 @@
+import { createHash, randomBytes } from 'node:crypto';
+import { join } from 'node:path';
+import { type ServerType, serve } from '@hono/node-server';
+import { count, eq } from 'drizzle-orm';
+import type { Logger } from 'pino';
+import { agentTokenPath, loadAgentToken } from './agent-token.ts';
+import { createApp } from './api/app.ts';
+import { NotFoundError } from './api/errors.ts';
+import { createMetrics } from './api/metrics.ts';
+import { ControlPlaneClient } from './broker/control-plane-client.ts';
+import { EmbeddedBroker } from './broker/embedded-broker.ts';
+import type { ControlPlaneConfig } from './config/config.ts';
+import { type Database, openDatabase } from './db/client.ts';
+import { agents } from './db/schema.ts';
+import { EventBus } from './events/event-bus.ts';
+import { RetentionSweeper } from './events/retention.ts';
+import { Fleet } from './scheduler/fleet.ts';
+import type { ServiceContext } from './services/context.ts';
+import { VERSION } from './version.ts';
+import { DeliveryDispatcher } from './webhooks/delivery-dispatcher.ts';
+
+/** The control plane's own MQTT user (all rights on the embedded broker). */
+export const INTERNAL_MQTT_USER = 'ffleet-control-plane';
+
+export type RunningControlPlane = {
+  httpPort: number;
+  mqttUrl: string;
+  agentToken: string;
+  database: Database;
+  ctx: ServiceContext;
+  stop(): Promise<void>;
+};
+
+function listen(
+  app: ReturnType<typeof createApp>,
+  host: string,
+  port: number,
+): Promise<{ server: ServerType; port: number }> {
+  return new Promise((resolve, reject) => {
+    const server = serve({ fetch: app.fetch, hostname: host, port }, (info) =>
+      resolve({ server, port: info.port }),
+    );
+    server.once('error', (err: NodeJS.ErrnoException) =>
+      reject(
+        err.code === 'EADDRINUSE'
+          ? new Error(`HTTP port ${port} on ${host} is already in use; set PORT to a free port`)
+          : err,
+      ),
+    );
+  });
+}
+
+/** Compose and start every long-lived part of the control plane. `stop()` undoes it in reverse. */
+export async function startControlPlane(
+  config: ControlPlaneConfig,
+  logger: Logger,
+): Promise<RunningControlPlane> {
+  const stops: (() => Promise<void>)[] = [];
+  const stopAll = async () => {
+    for (const s of stops.reverse()) await s().catch((err) => logger.error({ err }, 'stop failed'));
+  };
+  try {
+    const database = config.databaseUrl
+      ? await openDatabase({ kind: 'postgres', url: config.databaseUrl })
+      : await openDatabase({ kind: 'pglite', dataDir: join(config.dataDir, 'pglite') });
+    stops.push(() => database.close());
+    logger.info({ db: database.kind }, 'database ready');
+
+    const { token: agentToken, generated } = loadAgentToken(config.dataDir, config.agentToken);
+    if (generated) logger.info({ file: agentTokenPath(config.dataDir) }, 'generated an agent token');
+
+    let mqttUrl = config.mqttUrl;
+    let cpUser = INTERNAL_MQTT_USER;
+    let cpPass = agentToken;
+    if (!mqttUrl) {
+      const internalToken = randomBytes(24).toString('base64url');
+      const broker = new EmbeddedBroker({
+        port: config.mqttPort,
+        agentToken,
+        internalUser: INTERNAL_MQTT_USER,
+        internalToken,
+        logger,
+      });
+      const { port } = await broker.start();
+      stops.push(() => broker.stop());
+      mqttUrl = `mqtt://127.0.0.1:${port}`;
+      cpPass = internalToken;
+      logger.info({ port }, 'embedded MQTT broker listening');
+    } else {
+      const u = new URL(mqttUrl);
+      if (u.username) cpUser = decodeURIComponent(u.username);
+      if (u.password) cpPass = decodeURIComponent(u.password);
+      u.username = '';
+      u.password = '';
+      mqttUrl = u.toString();
+    }
+
+    const bus = new EventBus();
+    const ctx: ServiceContext = {
+      database,
+      bus,
+      logger,
+      fleet: { cancelRunning() {}, workAvailable() {}, watchfoldersChanged() {}, agentChanged() {} },
+      now: () => Date.now(),
+    };
+    // Stable per deployment (so the persistent session survives restarts), distinct between deployments
+    // that share a broker.
+    const deployment = createHash('sha256')
+      .update(config.databaseUrl ?? config.dataDir)
+      .digest('hex')
+      .slice(0, 12);
+    const mqtt = new ControlPlaneClient({
+      url: mqttUrl,
+      username: cpUser,
+      password: cpPass,
+      logger,
+      clientId: `${INTERNAL_MQTT_USER}-${deployment}`,
+    });
+    const fleet = new Fleet({ ctx, mqtt, logger, leaseTtlMs: config.leaseTtlMs });
+    ctx.fleet = fleet;
+    await fleet.start();
+    const started = await mqtt.start();
+    if (!started.ok) throw new Error(started.error);
+    stops.push(() => mqtt.stop());
+    stops.push(() => fleet.stop());
+
+    const metrics = createMetrics(database);
+    const dispatcher = new DeliveryDispatcher({
+      database,
+      logger,
+      timeoutMs: config.webhookTimeoutMs,
+      userAgent: `ffleet/${VERSION}`,
+      onAttempt: (success: boolean) => metrics.webhookAttempts.inc({ success: String(success) }),
+    });
+    await dispatcher.start();
+    stops.push(() => dispatcher.stop());
+    const retention = new RetentionSweeper({ database, logger });
+    retention.start();
+    stops.push(() => retention.stop());
+    const unsubscribe = bus.subscribe(() => dispatcher.wake());
+    stops.push(async () => unsubscribe());
+
+    const app = createApp({
+      ctx,
+      bus,
+      metrics,
+      version: VERSION,
+      apiTokens: config.apiTokens,
+      bodyLimit: config.bodyLimit,
+      redeliver: async (id) => {
+        const r = await dispatcher.redeliver(id);
+        if (!r.ok) throw new NotFoundError('execution', id);
+        return r.delivery;
+      },
+      health: async () => {
+        const [r] = await database.db.select({ n: count() }).from(agents).where(eq(agents.online, true));
+        return { broker: mqtt.connected ? 'ok' : 'disconnected', agents: { online: Number(r?.n ?? 0) } };
+      },
+    });
+    const { server, port } = await listen(app, config.host, config.port);
+    stops.push(
+      () =>
+        new Promise<void>((resolve) => {
+          server.close(() => resolve());
+          // SSE clients keep connections open; do not wait for them.
+          (server as unknown as { closeAllConnections?: () => void }).closeAllConnections?.();
+        }),
+    );
+    logger.info({ host: config.host, port }, 'HTTP API listening');
+    return { httpPort: port, mqttUrl, agentToken, database, ctx, stop: stopAll };
+  } catch (err) {
+    await stopAll();
+    throw err;
+  }
+}

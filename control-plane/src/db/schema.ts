@@ -1,0 +1,299 @@
+import { sql } from 'drizzle-orm';
+import {
+  bigint,
+  boolean,
+  doublePrecision,
+  index,
+  integer,
+  jsonb,
+  pgTable,
+  text,
+  uniqueIndex,
+  uuid,
+} from 'drizzle-orm/pg-core';
+
+// Timestamps are Unix milliseconds (CONTRACT.md) stored as bigint; mode 'number' is safe until year 287396.
+const ms = (name: string) => bigint(name, { mode: 'number' }).notNull().default(0);
+
+/** A processing step as stored (raw/resolved pairs, like the snapshot). */
+export type StoredStep = {
+  scriptPath: { raw: string; resolved: string };
+  sidecarPath: { raw: string; resolved: string };
+  importSidecar: boolean;
+  startedAt: number;
+  finishedAt: number;
+  error: string;
+};
+
+export const tasks = pgTable(
+  'tasks',
+  {
+    id: uuid('id').primaryKey(),
+    name: text('name').notNull(),
+    commandRaw: text('command_raw').notNull(),
+    commandResolved: text('command_resolved').notNull().default(''),
+    inputRaw: text('input_raw').notNull().default(''),
+    inputResolved: text('input_resolved').notNull().default(''),
+    outputRaw: text('output_raw').notNull().default(''),
+    outputResolved: text('output_resolved').notNull().default(''),
+    metadata: jsonb('metadata').$type<Record<string, unknown>>().notNull().default({}),
+    status: text('status').notNull(),
+    progress: doublePrecision('progress').notNull().default(0),
+    remaining: doublePrecision('remaining').notNull().default(0),
+    error: text('error').notNull().default(''),
+    priority: integer('priority').notNull().default(0),
+    source: text('source').notNull().default('api'),
+    preProcessing: jsonb('pre_processing').$type<StoredStep | null>(),
+    postProcessing: jsonb('post_processing').$type<StoredStep | null>(),
+    startedAt: ms('started_at'),
+    finishedAt: ms('finished_at'),
+    createdAt: ms('created_at'),
+    updatedAt: ms('updated_at'),
+    presetId: uuid('preset_id'),
+    batchId: uuid('batch_id'),
+    webhooks: jsonb('webhooks').$type<{ event: string; url: string }[]>().notNull().default([]),
+    requires: text('requires').array().notNull().default(sql`'{}'::text[]`),
+    // Fleet: the current attempt, its fencing token and lease.
+    attempt: integer('attempt').notNull().default(0),
+    maxAttempts: integer('max_attempts').notNull().default(3),
+    agentId: uuid('agent_id'),
+    agentName: text('agent_name'),
+    leaseToken: text('lease_token'),
+    leaseExpiresAt: ms('lease_expires_at'),
+    /** Highest report seq applied for the current attempt (duplicates are ignored). */
+    reportSeq: integer('report_seq').notNull().default(-1),
+    /** Set when a running task was asked to stop; the agent finishes the cancel. */
+    cancelRequested: boolean('cancel_requested').notNull().default(false),
+    /** Watchfolder idempotency key: (watchfolder, relative path, size, mtime). */
+    watchKey: text('watch_key'),
+    watchfolderId: uuid('watchfolder_id'),
+  },
+  (t) => [
+    // The claim query: WHERE status='QUEUED' ORDER BY priority DESC, created_at, id.
+    index('tasks_claim_idx').on(t.status, t.priority.desc(), t.createdAt, t.id),
+    index('tasks_created_idx').on(t.createdAt.desc(), t.id.desc()),
+    index('tasks_status_created_idx').on(t.status, t.createdAt.desc()),
+    index('tasks_batch_idx').on(t.batchId, t.createdAt.desc()),
+    index('tasks_preset_idx').on(t.presetId),
+    index('tasks_agent_idx').on(t.agentId),
+    index('tasks_source_idx').on(t.source, t.createdAt.desc()),
+    index('tasks_lease_idx').on(t.leaseExpiresAt).where(sql`status IN ('PRE_PROCESSING','RUNNING')`),
+    uniqueIndex('tasks_watch_key_idx').on(t.watchKey),
+  ],
+);
+
+export const taskLogs = pgTable(
+  'task_logs',
+  {
+    id: bigint('id', { mode: 'number' }).primaryKey().generatedAlwaysAsIdentity(),
+    taskId: uuid('task_id').notNull(),
+    attempt: integer('attempt').notNull(),
+    step: text('step').notNull(),
+    text: text('text').notNull(),
+    createdAt: ms('created_at'),
+  },
+  (t) => [index('task_logs_task_idx').on(t.taskId, t.id)],
+);
+
+export const presets = pgTable(
+  'presets',
+  {
+    id: uuid('id').primaryKey(),
+    name: text('name').notNull(),
+    description: text('description').notNull().default(''),
+    command: text('command').notNull(),
+    outputFile: text('output_file').notNull().default(''),
+    priority: integer('priority').notNull().default(0),
+    preProcessing: jsonb('pre_processing').$type<{
+      scriptPath: string;
+      sidecarPath: string;
+      importSidecar: boolean;
+    } | null>(),
+    postProcessing: jsonb('post_processing').$type<{ scriptPath: string; sidecarPath: string } | null>(),
+    webhooks: jsonb('webhooks').$type<{ event: string; url: string }[]>().notNull().default([]),
+    requires: text('requires').array().notNull().default(sql`'{}'::text[]`),
+    createdAt: ms('created_at'),
+    updatedAt: ms('updated_at'),
+  },
+  (t) => [index('presets_created_idx').on(t.createdAt.desc())],
+);
+
+export const batches = pgTable(
+  'batches',
+  {
+    id: uuid('id').primaryKey(),
+    name: text('name').notNull().default(''),
+    status: text('status').notNull().default('RUNNING'),
+    taskCount: integer('task_count').notNull().default(0),
+    createdAt: ms('created_at'),
+    updatedAt: ms('updated_at'),
+    finishedAt: ms('finished_at'),
+  },
+  (t) => [index('batches_created_idx').on(t.createdAt.desc())],
+);
+
+export const watchfolders = pgTable(
+  'watchfolders',
+  {
+    id: uuid('id').primaryKey(),
+    name: text('name').notNull(),
+    description: text('description').notNull().default(''),
+    interval: integer('interval').notNull(),
+    growthChecks: integer('growth_checks').notNull(),
+    presetId: uuid('preset_id').notNull(),
+    path: text('path').notNull(),
+    suspended: boolean('suspended').notNull().default(false),
+    filter: jsonb('filter')
+      .$type<{ extensions: { include: string[]; exclude: string[] } }>()
+      .notNull()
+      .default({ extensions: { include: [], exclude: [] } }),
+    agent: text('agent'),
+    assignedAgentId: uuid('assigned_agent_id'),
+    lastCheck: ms('last_check'),
+    error: text('error').notNull().default(''),
+    createdAt: ms('created_at'),
+    updatedAt: ms('updated_at'),
+  },
+  (t) => [
+    uniqueIndex('watchfolders_name_idx').on(t.name),
+    index('watchfolders_created_idx').on(t.createdAt.desc()),
+  ],
+);
+
+export const webhooks = pgTable(
+  'webhooks',
+  {
+    id: uuid('id').primaryKey(),
+    event: text('event').notNull(),
+    url: text('url').notNull(),
+    secret: text('secret'),
+    createdAt: ms('created_at'),
+    updatedAt: ms('updated_at'),
+  },
+  (t) => [index('webhooks_event_idx').on(t.event), index('webhooks_created_idx').on(t.createdAt.desc())],
+);
+
+/** Every emitted event (the outbox's source of truth; SSE and deliveries derive from it). */
+export const events = pgTable(
+  'events',
+  {
+    id: uuid('id').primaryKey(),
+    event: text('event').notNull(),
+    payload: jsonb('payload')
+      .$type<{ id: string; event: string; timestamp: string; data: unknown }>()
+      .notNull(),
+    createdAt: ms('created_at'),
+  },
+  (t) => [index('events_created_idx').on(t.createdAt)],
+);
+
+/**
+ * One row per (event, target URL): the webhook outbox. Written in the transaction of the change
+ * that caused the event; the dispatcher claims due rows with SKIP LOCKED.
+ */
+export const deliveries = pgTable(
+  'deliveries',
+  {
+    id: uuid('id').primaryKey(),
+    eventId: uuid('event_id').notNull(),
+    event: text('event').notNull(),
+    webhookId: uuid('webhook_id'),
+    source: text('source').notNull(),
+    url: text('url').notNull(),
+    secret: text('secret'),
+    taskId: uuid('task_id'),
+    /** A task.updated that only changed progress/remaining (coalesced per task per 5 s). */
+    progressOnly: boolean('progress_only').notNull().default(false),
+    state: text('state').notNull().default('pending'),
+    attempts: integer('attempts').notNull().default(0),
+    nextAttemptAt: ms('next_attempt_at'),
+    lockedUntil: ms('locked_until'),
+    lastError: text('last_error').notNull().default(''),
+    createdAt: ms('created_at'),
+    updatedAt: ms('updated_at'),
+  },
+  (t) => [
+    index('deliveries_due_idx').on(t.nextAttemptAt).where(sql`state = 'pending'`),
+    index('deliveries_task_idx').on(t.taskId, t.url),
+    // Coalescing looks up a target's pending and last-delivered progress deliveries.
+    index('deliveries_pending_target_idx').on(t.taskId, t.url, t.createdAt).where(sql`state = 'pending'`),
+    index('deliveries_progress_sent_idx')
+      .on(t.taskId, t.url, t.updatedAt)
+      .where(sql`progress_only AND state = 'delivered'`),
+  ],
+);
+
+export const webhookExecutions = pgTable(
+  'webhook_executions',
+  {
+    id: uuid('id').primaryKey(),
+    deliveryId: uuid('delivery_id').notNull(),
+    webhookId: uuid('webhook_id'),
+    source: text('source').notNull(),
+    event: text('event').notNull(),
+    url: text('url').notNull(),
+    attempt: integer('attempt').notNull(),
+    request: jsonb('request')
+      .$type<{ method: string; headers: Record<string, string>; body: string }>()
+      .notNull(),
+    response: jsonb('response').$type<{
+      status: number;
+      headers: Record<string, string>;
+      body: string;
+    } | null>(),
+    error: text('error').notNull().default(''),
+    success: boolean('success').notNull(),
+    durationMs: integer('duration_ms').notNull(),
+    taskId: uuid('task_id'),
+    createdAt: ms('created_at'),
+  },
+  (t) => [
+    index('executions_created_idx').on(t.createdAt.desc()),
+    index('executions_webhook_idx').on(t.webhookId),
+    index('executions_task_idx').on(t.taskId),
+  ],
+);
+
+export const agents = pgTable(
+  'agents',
+  {
+    id: uuid('id').primaryKey(),
+    name: text('name').notNull(),
+    online: boolean('online').notNull().default(false),
+    bootId: text('boot_id').notNull().default(''),
+    version: text('version').notNull().default(''),
+    protocol: integer('protocol').notNull().default(0),
+    hostname: text('hostname').notNull().default(''),
+    os: text('os').notNull().default(''),
+    arch: text('arch').notNull().default(''),
+    transcoder: jsonb('transcoder').$type<{ path: string; version: string } | null>(),
+    transcoderError: text('transcoder_error').notNull().default(''),
+    encoders: text('encoders').array().notNull().default(sql`'{}'::text[]`),
+    hwaccels: text('hwaccels').array().notNull().default(sql`'{}'::text[]`),
+    /** Labels and slots the agent reports from its own config. */
+    reportedLabels: text('reported_labels').array().notNull().default(sql`'{}'::text[]`),
+    reportedSlots: integer('reported_slots').notNull().default(0),
+    /** Operator overrides from PATCH /agents/{id}; null = use the reported value. */
+    labelsOverride: text('labels_override').array(),
+    slotsOverride: integer('slots_override'),
+    paused: boolean('paused').notNull().default(false),
+    lastSeen: ms('last_seen'),
+    connectedAt: ms('connected_at'),
+    createdAt: ms('created_at'),
+  },
+  (t) => [uniqueIndex('agents_name_idx').on(t.name)],
+);
+
+export const idempotencyKeys = pgTable(
+  'idempotency_keys',
+  {
+    key: text('key').notNull(),
+    route: text('route').notNull(),
+    bodyHash: text('body_hash').notNull(),
+    status: integer('status').notNull(),
+    response: jsonb('response').notNull(),
+    location: text('location'),
+    createdAt: ms('created_at'),
+  },
+  (t) => [uniqueIndex('idempotency_route_key_idx').on(t.route, t.key)],
+);

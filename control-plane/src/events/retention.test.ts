@@ -1,0 +1,58 @@
+import { randomUUID } from 'node:crypto';
+import { count } from 'drizzle-orm';
+import pino from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openTestDatabase, type TestDatabase } from '../../../test/helpers/db.ts';
+import { deliveries, events, idempotencyKeys } from '../db/schema.ts';
+import { RetentionSweeper } from './retention.ts';
+
+describe('RetentionSweeper', () => {
+  let db: TestDatabase;
+  beforeAll(async () => {
+    db = await openTestDatabase();
+  });
+  afterAll(() => db.drop());
+
+  it('removes old events and finished deliveries but never a pending delivery or the event it needs', async () => {
+    const now = 100 * 86_400_000;
+    const old = now - 8 * 86_400_000;
+    const mk = async (createdAt: number, state: string | null) => {
+      const id = randomUUID();
+      await db.db.insert(events).values({
+        id,
+        event: 'task.updated',
+        payload: { id, event: 'task.updated', timestamp: '', data: {} },
+        createdAt,
+      });
+      if (state) {
+        await db.db.insert(deliveries).values({
+          id: randomUUID(),
+          eventId: id,
+          event: 'task.updated',
+          source: 'global',
+          url: 'http://x',
+          state,
+          createdAt,
+          updatedAt: createdAt,
+        });
+      }
+      return id;
+    };
+    await mk(old, null); // old, no delivery → removed
+    await mk(old, 'delivered'); // old, delivered → both removed
+    await mk(old, 'pending'); // old, still pending → both kept
+    await mk(now - 1000, 'delivered'); // recent → kept
+    await db.db
+      .insert(idempotencyKeys)
+      .values({ key: 'k', route: 'r', bodyHash: 'h', status: 201, response: {}, createdAt: old });
+    const sweeper = new RetentionSweeper({ database: db, logger: pino({ level: 'silent' }), now: () => now });
+    await sweeper.sweep();
+    const [e] = await db.db.select({ n: count() }).from(events);
+    const [d] = await db.db.select({ n: count() }).from(deliveries);
+    const [k] = await db.db.select({ n: count() }).from(idempotencyKeys);
+    expect(Number(e!.n)).toBe(2);
+    expect(Number(d!.n)).toBe(2);
+    expect(Number(k!.n)).toBe(0);
+    await sweeper.stop();
+  });
+});

@@ -1,0 +1,107 @@
+import type { ClaimedTask } from '@ffleet/shared';
+import { and, asc, desc, eq, inArray, type SQL, sql } from 'drizzle-orm';
+import { toTask } from '../db/mappers.ts';
+import { tasks } from '../db/schema.ts';
+import { type ServiceContext, transact } from '../services/context.ts';
+import { taskEventData } from '../services/tasks.ts';
+
+/** A literal text[] built from parameters (works the same on postgres-js and PGlite). */
+export const textArray = (values: readonly string[]): SQL =>
+  values.length
+    ? sql`ARRAY[${sql.join(
+        values.map((v) => sql`${v}`),
+        sql`, `,
+      )}]::text[]`
+    : sql`'{}'::text[]`;
+
+export type ClaimingAgent = { id: string; name: string; capabilities: readonly string[] };
+
+/**
+ * Claim up to `max` queued tasks for one agent in ONE statement:
+ *
+ *   UPDATE tasks SET … WHERE id IN (
+ *     SELECT id FROM tasks WHERE status='QUEUED' AND requires <@ caps
+ *     ORDER BY priority DESC, created_at, id LIMIT max FOR UPDATE SKIP LOCKED)
+ *
+ * Ordering: higher priority first, FIFO within a priority (id breaks ties, batches share created_at).
+ * Locking: SKIP LOCKED lets concurrent claimers (agents, control-plane replicas) pass over rows another
+ * transaction is claiming instead of waiting, so no task is handed out twice and nobody blocks.
+ * Lease: every claim starts a new attempt with a fresh random lease token; reports must carry both
+ * (fencing), and the lease expires `leaseTtlMs` after the last heartbeat or report.
+ * The first status is the spec's "Task starts" transition: PRE_PROCESSING when pre-processing is
+ * defined, else RUNNING (the transcoder runs).
+ */
+export async function claimTasks(
+  ctx: ServiceContext,
+  agent: ClaimingAgent,
+  max: number,
+  leaseTtlMs: number,
+): Promise<ClaimedTask[]> {
+  if (max <= 0) return [];
+  return transact(ctx, async (tx, ev) => {
+    const now = ctx.now();
+    const candidates = tx
+      .select({ id: tasks.id })
+      .from(tasks)
+      .where(and(eq(tasks.status, 'QUEUED'), sql`${tasks.requires} <@ ${textArray(agent.capabilities)}`))
+      .orderBy(desc(tasks.priority), asc(tasks.createdAt), asc(tasks.id))
+      .limit(max)
+      .for('update', { skipLocked: true });
+    const claimed = await tx
+      .update(tasks)
+      .set({
+        // Pre-processing is "defined" when it names a script or a sidecar (the runner's rule too).
+        status: sql`CASE WHEN coalesce(${tasks.preProcessing}->'scriptPath'->>'raw', '') <> ''
+          OR coalesce(${tasks.preProcessing}->'sidecarPath'->>'raw', '') <> '' THEN 'PRE_PROCESSING' ELSE 'RUNNING' END`,
+        attempt: sql`${tasks.attempt} + 1`,
+        leaseToken: sql`gen_random_uuid()::text`,
+        leaseExpiresAt: now + leaseTtlMs,
+        agentId: agent.id,
+        agentName: agent.name,
+        reportSeq: -1,
+        startedAt: now,
+        finishedAt: 0,
+        progress: 0,
+        remaining: -1,
+        error: '',
+        cancelRequested: false,
+        updatedAt: now,
+      })
+      .where(inArray(tasks.id, candidates))
+      .returning();
+    // RETURNING order is unspecified; hand tasks out in queue order.
+    claimed.sort((a, b) => b.priority - a.priority || a.createdAt - b.createdAt || a.id.localeCompare(b.id));
+    const out: ClaimedTask[] = [];
+    for (const row of claimed) {
+      const task = toTask(row);
+      await ev.emit({
+        event: 'task.updated',
+        data: taskEventData(task),
+        direct: task.webhooks,
+        taskId: task.id,
+        now,
+      });
+      out.push({ task, attempt: row.attempt, leaseToken: row.leaseToken!, leaseTtlMs });
+    }
+    return out;
+  });
+}
+
+/** Capabilities an agent offers to `requires`: its labels, `encoder:<n>`, `hwaccel:<n>`, `agent:<name>`, os/arch. */
+export function agentCapabilities(a: {
+  name: string;
+  labels: readonly string[];
+  encoders: readonly string[];
+  hwaccels: readonly string[];
+  os: string;
+  arch: string;
+}): string[] {
+  return [
+    ...a.labels,
+    ...a.encoders.map((e) => `encoder:${e}`),
+    ...a.hwaccels.map((h) => `hwaccel:${h}`),
+    `agent:${a.name}`,
+    ...(a.os ? [`os:${a.os}`] : []),
+    ...(a.arch ? [`arch:${a.arch}`] : []),
+  ];
+}

@@ -1,0 +1,413 @@
+import {
+  type AgentBirth,
+  type AgentHeartbeat,
+  type AgentHello,
+  type AgentRequest,
+  type InboxMessage,
+  PROTOCOL_VERSION,
+  type TaskReport,
+} from '@ffleet/shared';
+import { and, count, eq, inArray } from 'drizzle-orm';
+import type { Logger } from 'pino';
+import type { ControlPlaneClient } from '../broker/control-plane-client.ts';
+import { type AgentRow, effectiveLabels, effectiveSlots } from '../db/mappers.ts';
+import { agents, tasks, watchfolders } from '../db/schema.ts';
+import type { FleetHooks, ServiceContext } from '../services/context.ts';
+import {
+  getAgentByName,
+  markAllOffline,
+  markSilentOffline,
+  onlineAgents,
+  recordBirth,
+  touchAgent,
+} from './agent-registry.ts';
+import { agentCapabilities, claimTasks } from './claim.ts';
+import { extendRunningLeases, type RunningRef, renewLeases, sweepExpiredLeases } from './leases.ts';
+import { applyReport } from './reports.ts';
+import { SerialQueues } from './serial-queue.ts';
+import { planAssignments, saveAssignments, toAssignment } from './watch-assignment.ts';
+import { confirmWatchLock, createWatchTask } from './watch-tasks.ts';
+
+export type FleetOptions = {
+  ctx: ServiceContext;
+  mqtt: ControlPlaneClient;
+  logger: Logger;
+  leaseTtlMs: number;
+  /** An agent silent this long is shown offline even without its Last Will (network partition). */
+  silentAfterMs?: number;
+};
+
+/** How often expired leases and silent agents are looked for. */
+const SWEEP_EVERY_MS = 1_000;
+/** Work hints within this window are sent as one (a batch of 1,000 tasks is one hint, not 1,000). */
+const HINT_COALESCE_MS = 2;
+/** Heartbeats come every few seconds; three missed ones mean the agent is gone. */
+const DEFAULT_SILENT_AFTER_MS = 20_000;
+
+/**
+ * The control plane's side of the agent protocol (PROTOCOL.md): presence, claims, fenced reports,
+ * lease renewal and expiry, cancel, reconciliation on hello, and watchfolder assignment.
+ */
+export class Fleet implements FleetHooks {
+  readonly #o: FleetOptions;
+  readonly #ctx: ServiceContext;
+  readonly #log: Logger;
+  readonly #serial = new SerialQueues();
+  /** Agents that reported a watchfolder path unreadable: wfId → agent ids. */
+  readonly #pathFailures = new Map<string, Set<string>>();
+  /** Last config sent per agent id (JSON), to send only changes. */
+  readonly #sentConfig = new Map<string, string>();
+  #sweepTimer: NodeJS.Timeout | null = null;
+  #hintTimer: NodeJS.Timeout | null = null;
+  #assigning: Promise<void> | null = null;
+  #assignAgain = false;
+  #stopped = false;
+  /**
+   * True while we hear the agents: connected to the broker, with the leases extended after the
+   * (re)connect. Leases only expire while listening; otherwise a control-plane restart or a broker
+   * outage longer than the TTL would requeue every healthy running task.
+   */
+  #listening = false;
+
+  constructor(opts: FleetOptions) {
+    this.#o = opts;
+    this.#ctx = opts.ctx;
+    this.#log = opts.logger.child({ component: 'fleet' });
+  }
+
+  async start(): Promise<void> {
+    const m = this.#o.mqtt;
+    await markAllOffline(this.#ctx.database.db);
+    m.onBirth((id, b) => this.#serial.run(id, () => this.#onBirth(id, b)));
+    m.onHello((id, h) => this.#serial.run(id, () => this.#onHello(id, h)));
+    m.onHeartbeat((id, h) => this.#serial.run(id, () => this.#onHeartbeat(id, h)));
+    m.onRequest((id, r) => this.#serial.run(id, () => this.#onRequest(id, r)));
+    m.onReport((id, r) => this.#serial.run(id, () => this.#onReport(id, r)));
+    m.on('connection', (up) => {
+      this.#listening = false;
+      // After a broker restart every agent re-announces itself; resend configs then.
+      if (up) {
+        this.#sentConfig.clear();
+        void this.#resumeLeases();
+      }
+    });
+    this.#sweepTimer = setInterval(() => void this.#sweep(), SWEEP_EVERY_MS);
+    this.#sweepTimer.unref();
+  }
+
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    if (this.#sweepTimer) clearInterval(this.#sweepTimer);
+    if (this.#hintTimer) clearTimeout(this.#hintTimer);
+    await this.#serial.drain();
+    await this.#assigning;
+  }
+
+  // ---- FleetHooks (called by the API services) ----
+
+  cancelRunning(task: { id: string; agentName: string | null; attempt: number }): void {
+    if (!task.agentName) return;
+    void this.#send(task.agentName, {
+      type: 'task.cancel',
+      taskId: task.id,
+      attempt: task.attempt,
+      reason: 'canceled',
+    });
+  }
+
+  workAvailable(): void {
+    if (this.#hintTimer || this.#stopped) return;
+    this.#hintTimer = setTimeout(() => {
+      this.#hintTimer = null;
+      void this.#o.mqtt.broadcastWork();
+    }, HINT_COALESCE_MS);
+  }
+
+  watchfoldersChanged(): void {
+    void this.assignWatchfolders();
+  }
+
+  agentChanged(agentId: string): void {
+    void (async () => {
+      const [a] = await this.#ctx.database.db.select().from(agents).where(eq(agents.id, agentId));
+      if (a?.online) await this.#sendConfig(a, true);
+    })().catch((err) => this.#log.error({ err }, 'agent config push failed'));
+  }
+
+  // ---- protocol handlers ----
+
+  async #onBirth(name: string, birth: AgentBirth): Promise<void> {
+    if (birth.name !== name) {
+      this.#log.warn(
+        { agent: name, claimed: birth.name },
+        'birth name does not match the topic; using the topic',
+      );
+    }
+    if (birth.state === 'online' && Math.abs(birth.protocol - PROTOCOL_VERSION) > 1) {
+      const reason = `protocol ${birth.protocol} is not supported by this control plane (speaks ${PROTOCOL_VERSION}, accepts ${PROTOCOL_VERSION - 1}..${PROTOCOL_VERSION})`;
+      this.#log.warn({ agent: name, protocol: birth.protocol }, 'agent refused: protocol version');
+      await this.#send(name, { type: 'refused', reason });
+      return;
+    }
+    const row = await recordBirth(this.#ctx.database.db, name, { ...birth, name }, this.#ctx.now());
+    this.#log.info(
+      { agent: name, state: birth.state, transcoder: birth.transcoder?.version ?? null },
+      'agent presence',
+    );
+    if (row.online) await this.#sendConfig(row, true);
+    else this.#sentConfig.delete(row.id);
+    await this.assignWatchfolders();
+    if (row.online) this.workAvailable();
+  }
+
+  async #onHello(name: string, hello: AgentHello): Promise<void> {
+    const db = this.#ctx.database.db;
+    const now = this.#ctx.now();
+    await touchAgent(db, name, now);
+    const agent = await getAgentByName(db, name);
+    if (!agent) return; // Its birth (retained, sent first) creates the record; hello without it is noise.
+    await this.#stopStale(name, await renewLeases(this.#ctx, agent.id, hello.running, this.#o.leaseTtlMs));
+    // Tasks we think it runs that it does not list were lost with its previous process: requeue now.
+    const listed = new Set(hello.running.map((r) => r.taskId));
+    const mine = await db
+      .select({ id: tasks.id })
+      .from(tasks)
+      .where(and(eq(tasks.agentId, agent.id), inArray(tasks.status, ['PRE_PROCESSING', 'RUNNING'])));
+    const lost = mine.map((t) => t.id).filter((id) => !listed.has(id));
+    if (lost.length) {
+      const r = await sweepExpiredLeases(this.#ctx, {
+        onlyIds: lost,
+        reason: `agent ${name} restarted without it`,
+      });
+      this.#log.warn({ agent: name, ...r }, 'reconciled tasks the agent no longer runs');
+      this.workAvailable();
+    }
+    await this.#sendConfig(agent, true);
+  }
+
+  async #onHeartbeat(name: string, hb: AgentHeartbeat): Promise<void> {
+    const db = this.#ctx.database.db;
+    await touchAgent(db, name, this.#ctx.now());
+    const agent = await getAgentByName(db, name);
+    if (!agent) return;
+    await this.#stopStale(name, await renewLeases(this.#ctx, agent.id, hb.running, this.#o.leaseTtlMs));
+  }
+
+  async #onRequest(name: string, req: AgentRequest): Promise<void> {
+    const db = this.#ctx.database.db;
+    const agent = await getAgentByName(db, name);
+    if (!agent) return;
+    switch (req.type) {
+      case 'claim': {
+        const max = await this.#claimable(agent, req.max);
+        const claimed =
+          max > 0
+            ? await claimTasks(
+                this.#ctx,
+                {
+                  id: agent.id,
+                  name: agent.name,
+                  capabilities: agentCapabilities({ ...agent, labels: effectiveLabels(agent) }),
+                },
+                max,
+                this.#o.leaseTtlMs,
+              )
+            : [];
+        await this.#send(name, { type: 'claim.result', requestId: req.requestId, tasks: claimed });
+        return;
+      }
+      case 'watch.file': {
+        const r = await createWatchTask(this.#ctx, req);
+        await this.#send(
+          name,
+          r.ok
+            ? { type: 'request.result', requestId: req.requestId, ok: true, taskId: r.taskId }
+            : { type: 'request.result', requestId: req.requestId, ok: false, error: r.error },
+        );
+        return;
+      }
+      case 'watch.locked': {
+        await confirmWatchLock(this.#ctx, req.watchfolderId, req.taskId);
+        await this.#send(name, { type: 'request.result', requestId: req.requestId, ok: true });
+        return;
+      }
+      case 'watch.state': {
+        await this.#recordWatchState(agent, req.watchfolderId, req.lastCheck, req.error);
+        await this.#send(name, { type: 'request.result', requestId: req.requestId, ok: true });
+        return;
+      }
+    }
+  }
+
+  async #onReport(name: string, report: TaskReport): Promise<void> {
+    const agent = await getAgentByName(this.#ctx.database.db, name);
+    if (!agent) return;
+    const outcome = await applyReport(this.#ctx, agent.id, report, this.#o.leaseTtlMs);
+    await this.#send(name, { type: 'ack', taskId: report.taskId, attempt: report.attempt, seq: report.seq });
+    if (outcome.kind === 'stale') {
+      this.#log.warn(
+        { agent: name, taskId: report.taskId, attempt: report.attempt, reason: outcome.reason },
+        'stale report; telling the agent to stop',
+      );
+      await this.#send(name, {
+        type: 'task.cancel',
+        taskId: report.taskId,
+        attempt: report.attempt,
+        reason: outcome.reason,
+      });
+    } else if (outcome.kind === 'rejected') {
+      this.#log.warn({ agent: name, taskId: report.taskId, reason: outcome.reason }, 'report rejected');
+    } else if (outcome.kind === 'applied' && outcome.status === 'QUEUED') {
+      this.workAvailable();
+    } else if (outcome.kind === 'applied' && outcome.cancelRequested) {
+      // The cancel may have been lost (agent reconnecting): repeat it until the agent finishes the task.
+      await this.#send(name, {
+        type: 'task.cancel',
+        taskId: report.taskId,
+        attempt: report.attempt,
+        reason: 'canceled',
+      });
+    }
+  }
+
+  // ---- helpers ----
+
+  /** Free slots the control plane grants: configured slots minus running work; none while paused. */
+  async #claimable(agent: AgentRow, asked: number): Promise<number> {
+    if (agent.paused || !agent.online || !agent.transcoder) return 0;
+    const [r] = await this.#ctx.database.db
+      .select({ n: count() })
+      .from(tasks)
+      .where(and(eq(tasks.agentId, agent.id), inArray(tasks.status, ['PRE_PROCESSING', 'RUNNING'])));
+    return Math.max(0, Math.min(asked, effectiveSlots(agent) - Number(r?.n ?? 0)));
+  }
+
+  async #stopStale(name: string, stale: RunningRef[]): Promise<void> {
+    for (const s of stale) {
+      await this.#send(name, {
+        type: 'task.cancel',
+        taskId: s.taskId,
+        attempt: s.attempt,
+        reason: 'lease lost: the task was given to another attempt',
+      });
+    }
+  }
+
+  async #recordWatchState(agent: AgentRow, wfId: string, lastCheck: number, error: string): Promise<void> {
+    const db = this.#ctx.database.db;
+    const [wf] = await db.select().from(watchfolders).where(eq(watchfolders.id, wfId));
+    if (!wf || wf.assignedAgentId !== agent.id) return; // A late report from a previous assignee.
+    await db.update(watchfolders).set({ lastCheck, error }).where(eq(watchfolders.id, wfId));
+    const failures = this.#pathFailures.get(wfId) ?? new Set<string>();
+    const unreadable = /ENOENT|EACCES|ENOTDIR|not exist|not a directory|permission/i.test(error);
+    if (unreadable && !wf.agent && !failures.has(agent.id)) {
+      failures.add(agent.id);
+      this.#pathFailures.set(wfId, failures);
+      await this.assignWatchfolders();
+    } else if (!error && failures.size) {
+      this.#pathFailures.delete(wfId);
+    }
+  }
+
+  /** Recompute watchfolder assignments and push changed configs. Calls made meanwhile run once more. */
+  assignWatchfolders(): Promise<void> {
+    if (this.#assigning) {
+      this.#assignAgain = true;
+      return this.#assigning;
+    }
+    this.#assigning = (async () => {
+      do {
+        this.#assignAgain = false;
+        try {
+          await this.#assignOnce();
+        } catch (err) {
+          this.#log.error({ err }, 'watchfolder assignment failed');
+        }
+      } while (this.#assignAgain && !this.#stopped);
+    })().finally(() => {
+      this.#assigning = null;
+    });
+    return this.#assigning;
+  }
+
+  async #assignOnce(): Promise<void> {
+    const db = this.#ctx.database.db;
+    const folders = await db.select().from(watchfolders);
+    const online = await onlineAgents(db);
+    const known = new Set(folders.map((f) => f.id));
+    for (const id of this.#pathFailures.keys()) if (!known.has(id)) this.#pathFailures.delete(id);
+    const plan = planAssignments(folders, online, this.#pathFailures);
+    await saveAssignments(db, folders, plan);
+    for (const a of online) await this.#sendConfig(a, false, folders, plan);
+  }
+
+  async #sendConfig(
+    agent: AgentRow,
+    force: boolean,
+    folders?: Awaited<ReturnType<typeof this.loadFolders>>,
+    plan?: Map<string, string | null>,
+  ): Promise<void> {
+    const list = folders ?? (await this.loadFolders());
+    const mine = list
+      .filter((f) => (plan ? plan.get(f.id) : f.assignedAgentId) === agent.id)
+      .map(toAssignment);
+    const msg: InboxMessage = {
+      type: 'config',
+      slots: effectiveSlots(agent),
+      labels: effectiveLabels(agent),
+      paused: agent.paused,
+      watchfolders: mine,
+    };
+    const json = JSON.stringify(msg);
+    if (!force && this.#sentConfig.get(agent.id) === json) return;
+    this.#sentConfig.set(agent.id, json);
+    await this.#send(agent.name, msg);
+  }
+
+  loadFolders() {
+    return this.#ctx.database.db.select().from(watchfolders);
+  }
+
+  async #send(agentName: string, msg: InboxMessage): Promise<void> {
+    const r = await this.#o.mqtt.sendInbox(agentName, msg);
+    if (!r.ok) this.#log.warn({ agent: agentName, type: msg.type, error: r.error }, 'inbox message not sent');
+  }
+
+  /** Agents get a full TTL from now to renew leases they could not renew while we were away. */
+  async #resumeLeases(): Promise<void> {
+    try {
+      await extendRunningLeases(this.#ctx, this.#ctx.now() + this.#o.leaseTtlMs);
+    } catch (err) {
+      this.#log.error({ err }, 'extending leases after connecting failed');
+    }
+    this.#listening = this.#o.mqtt.connected;
+  }
+
+  async #sweep(): Promise<void> {
+    if (this.#stopped || !this.#listening) return;
+    try {
+      const r = await sweepExpiredLeases(this.#ctx);
+      if (r.requeued.length || r.failed.length || r.canceled.length) {
+        // Counts plus a sample: a mass expiry (e.g. after an outage) must not produce a megabyte log line.
+        this.#log.warn(
+          {
+            requeued: r.requeued.length,
+            failed: r.failed.length,
+            canceled: r.canceled.length,
+            sample: [...r.requeued, ...r.failed, ...r.canceled].slice(0, 10),
+          },
+          'expired leases handled',
+        );
+        if (r.requeued.length) this.workAvailable();
+      }
+      const silent = await markSilentOffline(
+        this.#ctx.database.db,
+        this.#ctx.now(),
+        this.#o.silentAfterMs ?? DEFAULT_SILENT_AFTER_MS,
+      );
+      if (silent.length) await this.assignWatchfolders();
+    } catch (err) {
+      this.#log.error({ err }, 'sweep failed');
+    }
+  }
+}

@@ -1,0 +1,134 @@
+import { isDoneStatus, type TaskPatch, type TaskReport, type TaskStatus } from '@ffleet/shared';
+import { eq } from 'drizzle-orm';
+import type { TaskRow } from '../db/mappers.ts';
+import { taskLogs, tasks } from '../db/schema.ts';
+import { type ServiceContext, transact } from '../services/context.ts';
+import { getTaskRow, saveTaskChange } from '../services/tasks.ts';
+import { requeueLostTask } from './leases.ts';
+
+/** What the control plane answers a report with. */
+export type ReportOutcome =
+  | { kind: 'applied'; status: TaskStatus; finished: boolean; cancelRequested: boolean }
+  | { kind: 'duplicate' }
+  /** Wrong attempt/token, unknown or deleted task: the agent must stop this work. */
+  | { kind: 'stale'; reason: string }
+  | { kind: 'rejected'; reason: string };
+
+/** Moves an agent may report. Everything else (going back, leaving DONE_*) is refused. */
+const ALLOWED: Record<string, readonly TaskStatus[]> = {
+  PRE_PROCESSING: ['PRE_PROCESSING', 'RUNNING', 'DONE_SUCCESSFUL', 'DONE_ERROR', 'DONE_CANCELED'],
+  RUNNING: ['RUNNING', 'DONE_SUCCESSFUL', 'DONE_ERROR', 'DONE_CANCELED'],
+};
+
+const PROGRESS_KEYS = new Set(['progress', 'remaining']);
+
+/** PostgreSQL text and jsonb cannot hold NUL: a transcoder printing one must not break the report. */
+const NUL = /\u0000/g;
+function storable<T>(v: T): T {
+  if (typeof v === 'string') return v.replace(NUL, '\uFFFD') as T;
+  if (Array.isArray(v)) return v.map(storable) as T;
+  if (v && typeof v === 'object') {
+    return Object.fromEntries(
+      Object.entries(v).map(([k, x]) => [k.replace(NUL, '\uFFFD'), storable(x)]),
+    ) as T;
+  }
+  return v;
+}
+
+function columnsOf(raw: TaskPatch): Partial<typeof tasks.$inferInsert> {
+  const p = storable(raw);
+  const set: Partial<typeof tasks.$inferInsert> = {};
+  if (p.status !== undefined) set.status = p.status;
+  if (p.progress !== undefined) set.progress = p.progress;
+  if (p.remaining !== undefined) set.remaining = p.remaining;
+  if (p.error !== undefined) set.error = p.error;
+  if (p.startedAt !== undefined) set.startedAt = p.startedAt;
+  if (p.finishedAt !== undefined) set.finishedAt = p.finishedAt;
+  if (p.name !== undefined) set.name = p.name;
+  if (p.priority !== undefined) set.priority = p.priority;
+  if (p.metadata !== undefined) set.metadata = p.metadata;
+  if (p.webhooks !== undefined) set.webhooks = p.webhooks;
+  if (p.command) Object.assign(set, { commandRaw: p.command.raw, commandResolved: p.command.resolved });
+  if (p.inputFile) Object.assign(set, { inputRaw: p.inputFile.raw, inputResolved: p.inputFile.resolved });
+  if (p.outputFile)
+    Object.assign(set, { outputRaw: p.outputFile.raw, outputResolved: p.outputFile.resolved });
+  if (p.preProcessing !== undefined) set.preProcessing = p.preProcessing;
+  if (p.postProcessing !== undefined) set.postProcessing = p.postProcessing;
+  return set;
+}
+
+function fence(row: TaskRow | null, r: TaskReport): ReportOutcome | null {
+  if (!row) return { kind: 'stale', reason: 'task no longer exists' };
+  if (row.attempt === r.attempt && r.seq <= row.reportSeq) return { kind: 'duplicate' };
+  if (row.attempt !== r.attempt || row.leaseToken !== r.leaseToken) {
+    return {
+      kind: 'stale',
+      reason: `attempt ${r.attempt} is no longer current (task is on attempt ${row.attempt}, ${row.status})`,
+    };
+  }
+  return null;
+}
+
+/**
+ * Apply one agent report: fenced by attempt + lease token, each seq once, the status move checked,
+ * the lease renewed, events written in the same transaction.
+ */
+export async function applyReport(
+  ctx: ServiceContext,
+  agentId: string,
+  report: TaskReport,
+  leaseTtlMs: number,
+): Promise<ReportOutcome> {
+  return transact(ctx, async (tx, ev) => {
+    const row = await getTaskRow(tx, report.taskId, true);
+    const fenced = fence(row, report);
+    if (fenced) return fenced;
+    if (row!.agentId !== agentId) return { kind: 'stale', reason: 'task is assigned to another agent' };
+    const now = ctx.now();
+    if (report.kind === 'log') {
+      if (report.text.length) {
+        await tx.insert(taskLogs).values({
+          taskId: report.taskId,
+          attempt: report.attempt,
+          step: report.step,
+          text: storable(report.text),
+          createdAt: now,
+        });
+      }
+      await tx
+        .update(tasks)
+        .set({ reportSeq: report.seq, leaseExpiresAt: now + leaseTtlMs })
+        .where(eq(tasks.id, report.taskId));
+      return {
+        kind: 'applied',
+        status: row!.status as TaskStatus,
+        finished: false,
+        cancelRequested: row!.cancelRequested,
+      };
+    }
+    const patch = report.patch;
+    const current = row!.status as TaskStatus;
+    if (patch.status === 'QUEUED') {
+      // Hand-back: the agent is shutting down and killed this run; another agent takes it.
+      await tx.update(tasks).set({ reportSeq: report.seq }).where(eq(tasks.id, report.taskId));
+      await requeueLostTask(tx, ev, row!, now, `handed back by agent ${row!.agentName ?? agentId}`);
+      return { kind: 'applied', status: 'QUEUED', finished: false, cancelRequested: false };
+    }
+    const next = patch.status ?? current;
+    if (!ALLOWED[current]?.includes(next)) {
+      // The report is consumed (acked) but changes nothing: an illegal move must not be retried forever.
+      await tx.update(tasks).set({ reportSeq: report.seq }).where(eq(tasks.id, report.taskId));
+      return { kind: 'rejected', reason: `illegal status move ${current} → ${next}` };
+    }
+    const set = columnsOf(patch);
+    const finished = isDoneStatus(next);
+    const progressOnly = Object.keys(patch).every((k) => PROGRESS_KEYS.has(k));
+    Object.assign(set, {
+      reportSeq: report.seq,
+      leaseExpiresAt: finished ? 0 : now + leaseTtlMs,
+      ...(finished ? { leaseToken: null, cancelRequested: false, finishedAt: patch.finishedAt ?? now } : {}),
+    });
+    await saveTaskChange(tx, ev, report.taskId, set, { now, progressOnly });
+    return { kind: 'applied', status: next, finished, cancelRequested: !finished && row!.cancelRequested };
+  });
+}

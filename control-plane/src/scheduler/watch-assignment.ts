@@ -1,0 +1,81 @@
+import type { WatchfolderAssignment } from '@ffleet/shared';
+import { eq } from 'drizzle-orm';
+import type { Db } from '../db/client.ts';
+import type { AgentRow, WatchfolderRow } from '../db/mappers.ts';
+import { watchfolders } from '../db/schema.ts';
+
+/**
+ * Decide which online agent scans each watchfolder: the pinned one (`agent` = name or id) when it is
+ * online; else keep the current one while it is online and has not reported the path unreadable; else
+ * the online agent with the fewest watchfolders that has not failed on this path.
+ */
+export function planAssignments(
+  folders: readonly WatchfolderRow[],
+  online: readonly AgentRow[],
+  failed: ReadonlyMap<string, ReadonlySet<string>>,
+): Map<string, string | null> {
+  const load = new Map(online.map((a) => [a.id, 0]));
+  const plan = new Map<string, string | null>();
+  const eligible = (wf: WatchfolderRow, a: AgentRow) => !(failed.get(wf.id)?.has(a.id) ?? false);
+  // Pinned and sticky ones first, so the balancing below sees their load.
+  const rest: WatchfolderRow[] = [];
+  for (const wf of folders) {
+    if (wf.agent) {
+      const a = online.find((x) => x.name === wf.agent || x.id === wf.agent) ?? null;
+      plan.set(wf.id, a?.id ?? null);
+      if (a) load.set(a.id, (load.get(a.id) ?? 0) + 1);
+    } else if (
+      wf.assignedAgentId &&
+      load.has(wf.assignedAgentId) &&
+      eligible(wf, online.find((a) => a.id === wf.assignedAgentId)!)
+    ) {
+      plan.set(wf.id, wf.assignedAgentId);
+      load.set(wf.assignedAgentId, (load.get(wf.assignedAgentId) ?? 0) + 1);
+    } else {
+      rest.push(wf);
+    }
+  }
+  for (const wf of rest) {
+    const candidates = online.filter((a) => eligible(wf, a));
+    // Every agent failed on this path: keep trying the least loaded one so the error stays visible.
+    const pool = candidates.length ? candidates : online;
+    let best: AgentRow | null = null;
+    for (const a of pool) if (!best || (load.get(a.id) ?? 0) < (load.get(best.id) ?? 0)) best = a;
+    plan.set(wf.id, best?.id ?? null);
+    if (best) load.set(best.id, (load.get(best.id) ?? 0) + 1);
+  }
+  return plan;
+}
+
+export const toAssignment = (wf: WatchfolderRow): WatchfolderAssignment => ({
+  id: wf.id,
+  name: wf.name,
+  path: wf.path,
+  interval: wf.interval,
+  growthChecks: wf.growthChecks,
+  filter: wf.filter,
+  suspended: wf.suspended,
+});
+
+/** Persist the plan; returns the folders whose assignment changed. */
+export async function saveAssignments(
+  db: Db,
+  folders: readonly WatchfolderRow[],
+  plan: Map<string, string | null>,
+) {
+  const changed: string[] = [];
+  for (const wf of folders) {
+    const next = plan.get(wf.id) ?? null;
+    if (next !== wf.assignedAgentId) {
+      const error =
+        next === null
+          ? wf.agent
+            ? `agent ${wf.agent} is offline`
+            : 'no agent is online to scan this folder'
+          : '';
+      await db.update(watchfolders).set({ assignedAgentId: next, error }).where(eq(watchfolders.id, wf.id));
+      changed.push(wf.id);
+    }
+  }
+  return changed;
+}

@@ -1,0 +1,146 @@
+import { randomUUID } from 'node:crypto';
+import type { Batch, BatchCreate, PageQuery } from '@ffleet/shared';
+import { and, count, desc, eq, inArray } from 'drizzle-orm';
+import { ConflictError, NotFoundError, ValidationError } from '../api/errors.ts';
+import type { Db } from '../db/client.ts';
+import { type PresetRow, toBatch, toTask } from '../db/mappers.ts';
+import { batches, presets, tasks } from '../db/schema.ts';
+import { type ServiceContext, transact } from './context.ts';
+import { claimIdempotencyKey, type IdempotencyRequest, storeIdempotentResponse } from './idempotency.ts';
+import { buildTaskRow, type Issue, type TaskInsert } from './task-input.ts';
+import { cancelTask, insertTask, isUuid } from './tasks.ts';
+
+/** The batch object with its status counts and task ids. */
+export async function getBatchDto(db: Db, id: string): Promise<Batch | null> {
+  if (!isUuid(id)) return null;
+  const [b] = await db.select().from(batches).where(eq(batches.id, id));
+  if (!b) return null;
+  const rows = await db
+    .select({ id: tasks.id, status: tasks.status })
+    .from(tasks)
+    .where(eq(tasks.batchId, id))
+    .orderBy(tasks.createdAt, tasks.id);
+  const counts: Record<string, number> = {};
+  for (const r of rows) counts[r.status] = (counts[r.status] ?? 0) + 1;
+  return toBatch(
+    b,
+    counts,
+    rows.map((r) => r.id),
+  );
+}
+
+/** All-or-nothing: every item is validated first; one failure → 422 listing every bad path. */
+export async function createBatch(
+  ctx: ServiceContext,
+  input: BatchCreate,
+  idem?: IdempotencyRequest,
+): Promise<Batch> {
+  const batch = await transact(ctx, async (tx, ev) => {
+    if (idem) await claimIdempotencyKey(tx, idem, ctx.now());
+    const presetIds = [...new Set(input.tasks.map((t) => t.preset).filter((p): p is string => !!p))];
+    const found = new Map<string, PresetRow>();
+    const validIds = presetIds.filter(isUuid);
+    if (validIds.length) {
+      for (const p of await tx.select().from(presets).where(inArray(presets.id, validIds)))
+        found.set(p.id, p);
+    }
+    const now = ctx.now();
+    const batchId = randomUUID();
+    const issues: Issue[] = [];
+    const rows: TaskInsert[] = [];
+    // Every task of a batch has the same created_at, so lists and the claim order ("FIFO within a
+    // priority": created_at, then id) fall back to the id. Random v4 ids handed out in ascending order
+    // keep that tie-break equal to the submission order.
+    const taskIds = input.tasks.map(() => randomUUID()).sort();
+    input.tasks.forEach((item, i) => {
+      const preset = item.preset !== undefined ? (found.get(item.preset) ?? null) : null;
+      if (item.preset !== undefined && !preset) {
+        issues.push({ path: `tasks.${i}.preset`, message: `preset ${item.preset} not found` });
+        return;
+      }
+      const built = buildTaskRow(item, preset, { source: 'api', batchId, now, id: taskIds[i] });
+      if (!built.ok)
+        for (const is of built.issues) issues.push({ path: `tasks.${i}.${is.path}`, message: is.message });
+      else rows.push(built.row);
+    });
+    if (issues.length) throw new ValidationError('batch is invalid; nothing was created', issues);
+    await tx.insert(batches).values({
+      id: batchId,
+      name: input.name ?? '',
+      status: 'RUNNING',
+      taskCount: rows.length,
+      createdAt: now,
+      updatedAt: now,
+    });
+    for (const row of rows) await insertTask(tx, ev, row);
+    const dto = (await getBatchDto(tx, batchId))!;
+    await ev.emit({ event: 'batch.created', data: dto, now });
+    if (idem)
+      await storeIdempotentResponse(tx, idem, {
+        status: 201,
+        body: dto,
+        location: `/api/v1/batches/${batchId}`,
+      });
+    return dto;
+  });
+  ctx.fleet.workAvailable();
+  return batch;
+}
+
+export async function listBatches(ctx: ServiceContext, page: PageQuery) {
+  const db = ctx.database.db;
+  const [rows, [total]] = await Promise.all([
+    db
+      .select()
+      .from(batches)
+      .orderBy(desc(batches.createdAt), desc(batches.id))
+      .limit(page.perPage)
+      .offset(page.page * page.perPage),
+    db.select({ n: count() }).from(batches),
+  ]);
+  const items: Batch[] = [];
+  for (const r of rows) items.push((await getBatchDto(db, r.id))!);
+  return { items, total: Number(total?.n ?? 0) };
+}
+
+export async function getBatch(ctx: ServiceContext, id: string): Promise<Batch> {
+  const b = await getBatchDto(ctx.database.db, id);
+  if (!b) throw new NotFoundError('batch', id);
+  return b;
+}
+
+export async function listBatchTasks(ctx: ServiceContext, id: string, page: PageQuery) {
+  const db = ctx.database.db;
+  await getBatch(ctx, id);
+  const where = eq(tasks.batchId, id);
+  const [rows, [total]] = await Promise.all([
+    db
+      .select()
+      .from(tasks)
+      .where(where)
+      .orderBy(desc(tasks.createdAt), desc(tasks.id))
+      .limit(page.perPage)
+      .offset(page.page * page.perPage),
+    db.select({ n: count() }).from(tasks).where(where),
+  ]);
+  return { items: rows.map(toTask), total: Number(total?.n ?? 0) };
+}
+
+/** Cancels every task of the batch that is not finished yet; a finished batch is 409. */
+export async function cancelBatch(ctx: ServiceContext, id: string): Promise<Batch> {
+  const b = await getBatch(ctx, id);
+  if (b.status === 'DONE') throw new ConflictError('BATCH_FINISHED', `batch ${id} is already finished`);
+  const open = await ctx.database.db
+    .select({ id: tasks.id })
+    .from(tasks)
+    .where(and(eq(tasks.batchId, id), inArray(tasks.status, ['QUEUED', 'PRE_PROCESSING', 'RUNNING'])));
+  for (const t of open) {
+    try {
+      await cancelTask(ctx, t.id);
+    } catch (err) {
+      // A task that finished or vanished meanwhile is not an error of the batch cancel.
+      if (!(err instanceof ConflictError || err instanceof NotFoundError)) throw err;
+    }
+  }
+  return getBatch(ctx, id);
+}

@@ -1,0 +1,50 @@
+import type { Logger } from 'pino';
+import type { Database, Db } from '../db/client.ts';
+import type { EventBus } from '../events/event-bus.ts';
+import { EmittedEvents } from '../events/outbox.ts';
+
+/** Hooks the fleet (scheduler) installs so API actions reach running work. */
+export type FleetHooks = {
+  /** A running task must stop on its agent (cancel/delete). */
+  cancelRunning(task: {
+    id: string;
+    agentId: string | null;
+    agentName: string | null;
+    attempt: number;
+  }): void;
+  /** Claimable work exists. */
+  workAvailable(): void;
+  /** Watchfolder definitions changed: recompute assignments. */
+  watchfoldersChanged(): void;
+  /** An agent's operator settings changed. */
+  agentChanged(agentId: string): void;
+};
+
+export const noFleet: FleetHooks = {
+  cancelRunning: () => {},
+  workAvailable: () => {},
+  watchfoldersChanged: () => {},
+  agentChanged: () => {},
+};
+
+export type ServiceContext = {
+  database: Database;
+  bus: EventBus;
+  logger: Logger;
+  fleet: FleetHooks;
+  now: () => number;
+};
+
+/** Run `fn` in one transaction; events it emits are published on the bus after the commit. */
+export async function transact<T>(
+  ctx: ServiceContext,
+  fn: (tx: Db, ev: EmittedEvents) => Promise<T>,
+): Promise<T> {
+  let emitted: EmittedEvents | undefined;
+  const result = await ctx.database.db.transaction(async (tx) => {
+    emitted = new EmittedEvents(tx as unknown as Db);
+    return fn(tx as unknown as Db, emitted);
+  });
+  for (const p of emitted?.items ?? []) ctx.bus.publish(p);
+  return result;
+}

@@ -1,0 +1,56 @@
+import { and, eq, sql } from 'drizzle-orm';
+import { ConflictError } from '../api/errors.ts';
+import type { Db } from '../db/client.ts';
+import { idempotencyKeys } from '../db/schema.ts';
+
+export type IdempotencyRequest = { route: string; key: string; bodyHash: string };
+export type StoredResponse = { status: number; body: unknown; location: string | null };
+
+/** Thrown inside the transaction to roll it back and answer with the first response instead. */
+export class ReplayResponse extends Error {
+  constructor(readonly stored: StoredResponse) {
+    super('idempotent replay');
+  }
+}
+
+/**
+ * Claim the key inside the creating transaction. The unique index makes a concurrent duplicate wait
+ * for the first transaction and then see its committed row, so one key never creates twice.
+ */
+export async function claimIdempotencyKey(tx: Db, req: IdempotencyRequest, now: number): Promise<void> {
+  const inserted = await tx
+    .insert(idempotencyKeys)
+    .values({
+      route: req.route,
+      key: req.key,
+      bodyHash: req.bodyHash,
+      status: 0,
+      response: sql`'null'::jsonb`,
+      createdAt: now,
+    })
+    .onConflictDoNothing()
+    .returning({ key: idempotencyKeys.key });
+  if (inserted.length) return;
+  const [row] = await tx
+    .select()
+    .from(idempotencyKeys)
+    .where(and(eq(idempotencyKeys.route, req.route), eq(idempotencyKeys.key, req.key)));
+  if (!row || row.bodyHash !== req.bodyHash) {
+    throw new ConflictError(
+      'IDEMPOTENCY_KEY_REUSED',
+      'this Idempotency-Key was already used with a different body',
+    );
+  }
+  throw new ReplayResponse({ status: row.status, body: row.response, location: row.location });
+}
+
+export async function storeIdempotentResponse(
+  tx: Db,
+  req: IdempotencyRequest,
+  res: StoredResponse,
+): Promise<void> {
+  await tx
+    .update(idempotencyKeys)
+    .set({ status: res.status, response: res.body as object, location: res.location })
+    .where(and(eq(idempotencyKeys.route, req.route), eq(idempotencyKeys.key, req.key)));
+}

@@ -1,0 +1,112 @@
+import { randomUUID } from 'node:crypto';
+import { checkCommand, type PageQuery, type Preset, type PresetCreate } from '@ffleet/shared';
+import { count, desc, eq } from 'drizzle-orm';
+import { ConflictError, NotFoundError, ValidationError } from '../api/errors.ts';
+import { toPreset } from '../db/mappers.ts';
+import { presets, watchfolders } from '../db/schema.ts';
+import { type ServiceContext, transact } from './context.ts';
+import { isUuid } from './tasks.ts';
+
+function values(input: PresetCreate) {
+  const checked = checkCommand(input.command);
+  if (!checked.ok)
+    throw new ValidationError('preset is invalid', [{ path: 'command', message: checked.error }]);
+  return {
+    name: input.name,
+    description: input.description ?? '',
+    command: input.command,
+    outputFile: input.outputFile ?? '',
+    priority: input.priority ?? 0,
+    preProcessing: input.preProcessing
+      ? {
+          scriptPath: input.preProcessing.scriptPath ?? '',
+          sidecarPath: input.preProcessing.sidecarPath ?? '',
+          importSidecar: input.preProcessing.importSidecar ?? false,
+        }
+      : null,
+    postProcessing: input.postProcessing
+      ? {
+          scriptPath: input.postProcessing.scriptPath ?? '',
+          sidecarPath: input.postProcessing.sidecarPath ?? '',
+        }
+      : null,
+    webhooks: input.webhooks ?? [],
+    requires: input.requires ?? [],
+  };
+}
+
+/** `preset.*` events go to global webhooks and to the preset's own matching direct webhooks. */
+export async function createPreset(ctx: ServiceContext, input: PresetCreate): Promise<Preset> {
+  const v = values(input);
+  return transact(ctx, async (tx, ev) => {
+    const now = ctx.now();
+    const [row] = await tx
+      .insert(presets)
+      .values({ id: randomUUID(), ...v, createdAt: now, updatedAt: now })
+      .returning();
+    const p = toPreset(row!);
+    await ev.emit({ event: 'preset.created', data: p, direct: p.webhooks, now });
+    return p;
+  });
+}
+
+export async function listPresets(ctx: ServiceContext, page: PageQuery) {
+  const db = ctx.database.db;
+  const [rows, [total]] = await Promise.all([
+    db
+      .select()
+      .from(presets)
+      .orderBy(desc(presets.createdAt), desc(presets.id))
+      .limit(page.perPage)
+      .offset(page.page * page.perPage),
+    db.select({ n: count() }).from(presets),
+  ]);
+  return { items: rows.map(toPreset), total: Number(total?.n ?? 0) };
+}
+
+export async function getPreset(ctx: ServiceContext, id: string): Promise<Preset> {
+  if (!isUuid(id)) throw new NotFoundError('preset', id);
+  const [r] = await ctx.database.db.select().from(presets).where(eq(presets.id, id));
+  if (!r) throw new NotFoundError('preset', id);
+  return toPreset(r);
+}
+
+export async function updatePreset(ctx: ServiceContext, id: string, input: PresetCreate): Promise<Preset> {
+  if (!isUuid(id)) throw new NotFoundError('preset', id);
+  const v = values(input);
+  return transact(ctx, async (tx, ev) => {
+    const now = ctx.now();
+    const [row] = await tx
+      .update(presets)
+      .set({ ...v, updatedAt: now })
+      .where(eq(presets.id, id))
+      .returning();
+    if (!row) throw new NotFoundError('preset', id);
+    const p = toPreset(row);
+    await ev.emit({ event: 'preset.updated', data: p, direct: p.webhooks, now });
+    return p;
+  });
+}
+
+/** 409 while a watchfolder still uses the preset. */
+export async function deletePreset(ctx: ServiceContext, id: string): Promise<void> {
+  if (!isUuid(id)) throw new NotFoundError('preset', id);
+  await transact(ctx, async (tx, ev) => {
+    const [row] = await tx.select().from(presets).where(eq(presets.id, id)).for('update');
+    if (!row) throw new NotFoundError('preset', id);
+    const users = await tx
+      .select({ name: watchfolders.name })
+      .from(watchfolders)
+      .where(eq(watchfolders.presetId, id))
+      .limit(5);
+    if (users.length) {
+      throw new ConflictError(
+        'PRESET_IN_USE',
+        `preset ${id} is used by watchfolder(s) ${users.map((u) => JSON.stringify(u.name)).join(', ')}`,
+      );
+    }
+    await tx.delete(presets).where(eq(presets.id, id));
+    const p = toPreset(row);
+    await ev.emit({ event: 'preset.deleted', data: p, direct: p.webhooks, now: ctx.now() });
+  });
+}

@@ -1,0 +1,82 @@
+import { randomUUID } from 'node:crypto';
+import { basename } from 'node:path';
+import { checkCommand, type TaskCreate } from '@ffleet/shared';
+import type { PresetRow } from '../db/mappers.ts';
+import type { StoredStep, tasks } from '../db/schema.ts';
+
+export type Issue = { path: string; message: string };
+export type TaskInsert = typeof tasks.$inferInsert;
+
+const step = (
+  s: { scriptPath?: string; sidecarPath?: string; importSidecar?: boolean } | null | undefined,
+  pre: boolean,
+): StoredStep | null =>
+  s
+    ? {
+        scriptPath: { raw: s.scriptPath ?? '', resolved: '' },
+        sidecarPath: { raw: s.sidecarPath ?? '', resolved: '' },
+        importSidecar: pre ? (s.importSidecar ?? false) : false,
+        startedAt: 0,
+        finishedAt: 0,
+        error: '',
+      }
+    : null;
+
+export type BuildOptions = {
+  source: 'api' | 'watchfolder';
+  batchId?: string | null;
+  now: number;
+  id?: string;
+  watchKey?: string | null;
+  watchfolderId?: string | null;
+};
+
+/**
+ * Merge a validated create body with its preset (a field given on the task wins; processing steps are
+ * taken whole) and produce the row to insert, or the validation issues (paths relative to the body).
+ */
+export function buildTaskRow(
+  input: TaskCreate,
+  preset: PresetRow | null,
+  opts: BuildOptions,
+): { ok: true; row: TaskInsert } | { ok: false; issues: Issue[] } {
+  const issues: Issue[] = [];
+  const command = input.command ?? preset?.command;
+  if (command === undefined || command.trim() === '') {
+    issues.push({ path: 'command', message: 'command is required unless a preset with a command is given' });
+  } else {
+    const checked = checkCommand(command);
+    if (!checked.ok) issues.push({ path: 'command', message: checked.error });
+  }
+  if (issues.length > 0) return { ok: false, issues };
+
+  const pre = input.preProcessing !== undefined ? input.preProcessing : (preset?.preProcessing ?? null);
+  const post = input.postProcessing !== undefined ? input.postProcessing : (preset?.postProcessing ?? null);
+  const presetTaskHooks = (preset?.webhooks ?? []).filter((w) => w.event.startsWith('task.'));
+  const inputFile = input.inputFile ?? '';
+  const name = input.name ?? (inputFile ? basename(inputFile) || 'task' : 'task');
+  return {
+    ok: true,
+    row: {
+      id: opts.id ?? randomUUID(),
+      name,
+      commandRaw: command!,
+      inputRaw: inputFile,
+      outputRaw: input.outputFile ?? preset?.outputFile ?? '',
+      metadata: input.metadata ?? {},
+      status: 'QUEUED',
+      priority: input.priority ?? preset?.priority ?? 0,
+      source: opts.source,
+      preProcessing: step(pre, true),
+      postProcessing: step(post, false),
+      createdAt: opts.now,
+      updatedAt: opts.now,
+      presetId: preset?.id ?? null,
+      batchId: opts.batchId ?? null,
+      webhooks: [...presetTaskHooks, ...(input.webhooks ?? [])],
+      requires: input.requires ?? preset?.requires ?? [],
+      watchKey: opts.watchKey ?? null,
+      watchfolderId: opts.watchfolderId ?? null,
+    },
+  };
+}

@@ -1,0 +1,329 @@
+import {
+  isDoneStatus,
+  type PageQuery,
+  type Task,
+  type TaskCreate,
+  type TaskListQuery,
+  type TaskStatus,
+} from '@ffleet/shared';
+import { and, asc, count, desc, eq, ilike, inArray, or, type SQL, sql } from 'drizzle-orm';
+import { ConflictError, NotFoundError, ValidationError } from '../api/errors.ts';
+import type { Db } from '../db/client.ts';
+import { type TaskRow, toTask } from '../db/mappers.ts';
+import { batches, presets, taskLogs, tasks } from '../db/schema.ts';
+import type { EmittedEvents } from '../events/outbox.ts';
+import { type ServiceContext, transact } from './context.ts';
+import { claimIdempotencyKey, type IdempotencyRequest, storeIdempotentResponse } from './idempotency.ts';
+import { buildTaskRow } from './task-input.ts';
+
+const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+export const isUuid = (s: string): boolean => UUID_RE.test(s);
+
+/** The `data` of a task event (CONTRACT.md "Webhooks and deliveries"). */
+export function taskEventData(t: Task) {
+  return {
+    taskId: t.id,
+    inputFile: t.inputFile.resolved || t.inputFile.raw,
+    outputFile: t.outputFile.resolved || t.outputFile.raw,
+    status: t.status,
+    name: t.name,
+    progress: t.progress,
+    error: t.error,
+    batch: t.batch,
+    source: t.source,
+    task: t,
+  };
+}
+
+export async function findPreset(tx: Db, id: string) {
+  if (!isUuid(id)) return null;
+  const [p] = await tx.select().from(presets).where(eq(presets.id, id));
+  return p ?? null;
+}
+
+export async function getTaskRow(tx: Db, id: string, forUpdate = false): Promise<TaskRow | null> {
+  if (!isUuid(id)) return null;
+  const q = tx.select().from(tasks).where(eq(tasks.id, id));
+  const [r] = forUpdate ? await q.for('update') : await q;
+  return r ?? null;
+}
+
+/** Insert a validated task row and emit `task.created` (global + direct). */
+export async function insertTask(tx: Db, ev: EmittedEvents, row: typeof tasks.$inferInsert): Promise<Task> {
+  const [inserted] = await tx.insert(tasks).values(row).returning();
+  const task = toTask(inserted!);
+  await ev.emit({
+    event: 'task.created',
+    data: taskEventData(task),
+    direct: task.webhooks,
+    taskId: task.id,
+    now: task.createdAt,
+  });
+  return task;
+}
+
+export async function createTask(
+  ctx: ServiceContext,
+  input: TaskCreate,
+  idem?: IdempotencyRequest,
+): Promise<Task> {
+  const task = await transact(ctx, async (tx, ev) => {
+    if (idem) await claimIdempotencyKey(tx, idem, ctx.now());
+    const preset = input.preset !== undefined ? await findPreset(tx, input.preset) : null;
+    if (input.preset !== undefined && !preset) {
+      throw new ValidationError('unknown preset', [
+        { path: 'preset', message: `preset ${input.preset} not found` },
+      ]);
+    }
+    const built = buildTaskRow(input, preset, { source: 'api', now: ctx.now() });
+    if (!built.ok) throw new ValidationError('task is invalid', built.issues);
+    const t = await insertTask(tx, ev, built.row);
+    if (idem)
+      await storeIdempotentResponse(tx, idem, { status: 201, body: t, location: `/api/v1/tasks/${t.id}` });
+    return t;
+  });
+  ctx.fleet.workAvailable();
+  return task;
+}
+
+function listWhere(q: TaskListQuery): SQL | undefined {
+  const conds: SQL[] = [];
+  if (q.status?.length) conds.push(inArray(tasks.status, q.status));
+  if (q.source) conds.push(eq(tasks.source, q.source));
+  if (q.batch) conds.push(isUuid(q.batch) ? eq(tasks.batchId, q.batch) : sql`false`);
+  if (q.preset) conds.push(isUuid(q.preset) ? eq(tasks.presetId, q.preset) : sql`false`);
+  if (q.agent) {
+    conds.push(
+      isUuid(q.agent)
+        ? or(eq(tasks.agentId, q.agent), eq(tasks.agentName, q.agent))!
+        : eq(tasks.agentName, q.agent),
+    );
+  }
+  if (q.q) conds.push(ilike(tasks.name, `%${q.q.replace(/[\\%_]/g, (m) => `\\${m}`)}%`));
+  return conds.length ? and(...conds) : undefined;
+}
+
+/** Newest first, with the total matching count. */
+export async function listTasks(ctx: ServiceContext, q: TaskListQuery, page: PageQuery) {
+  const db = ctx.database.db;
+  const where = listWhere(q);
+  const [rows, [total]] = await Promise.all([
+    db
+      .select()
+      .from(tasks)
+      .where(where)
+      .orderBy(desc(tasks.createdAt), desc(tasks.id))
+      .limit(page.perPage)
+      .offset(page.page * page.perPage),
+    db.select({ n: count() }).from(tasks).where(where),
+  ]);
+  return { items: rows.map(toTask), total: Number(total?.n ?? 0) };
+}
+
+export async function getTask(ctx: ServiceContext, id: string): Promise<Task> {
+  const r = await getTaskRow(ctx.database.db, id);
+  if (!r) throw new NotFoundError('task', id);
+  return toTask(r);
+}
+
+/**
+ * Write a task change, emit `task.updated` (global + direct) and, when the task reached a DONE_*
+ * state, finish its batch if it was the last one. Every status change goes through here.
+ */
+export async function saveTaskChange(
+  tx: Db,
+  ev: EmittedEvents,
+  id: string,
+  patch: Partial<typeof tasks.$inferInsert>,
+  opts: { progressOnly?: boolean; now: number },
+): Promise<Task> {
+  const [row] = await tx
+    .update(tasks)
+    .set({ ...patch, updatedAt: opts.now })
+    .where(eq(tasks.id, id))
+    .returning();
+  const task = toTask(row!);
+  await ev.emit({
+    event: 'task.updated',
+    data: taskEventData(task),
+    direct: task.webhooks,
+    taskId: task.id,
+    progressOnly: opts.progressOnly ?? false,
+    now: opts.now,
+  });
+  if (patch.status && isDoneStatus(patch.status) && task.batch)
+    await finishBatchIfDone(tx, ev, task.batch, opts.now);
+  return task;
+}
+
+/**
+ * `batch.finished` exactly once each time a batch reaches DONE. The batch row lock serialises
+ * concurrent finishers; the count runs after the lock, so the last committer sees every task done.
+ */
+export async function finishBatchIfDone(
+  tx: Db,
+  ev: EmittedEvents,
+  batchId: string,
+  now: number,
+): Promise<void> {
+  const [b] = await tx.select().from(batches).where(eq(batches.id, batchId)).for('update');
+  if (!b || b.status === 'DONE') return;
+  const [open] = await tx
+    .select({ n: count() })
+    .from(tasks)
+    .where(and(eq(tasks.batchId, batchId), inArray(tasks.status, ['QUEUED', 'PRE_PROCESSING', 'RUNNING'])));
+  if (Number(open?.n ?? 0) > 0) return;
+  await tx
+    .update(batches)
+    .set({ status: 'DONE', finishedAt: now, updatedAt: now })
+    .where(eq(batches.id, batchId));
+  const { getBatchDto } = await import('./batches.ts');
+  const dto = await getBatchDto(tx, batchId);
+  await ev.emit({ event: 'batch.finished', data: dto, now });
+}
+
+/** A processing step as it is before a run: resolved values, times and error cleared. */
+export const clearStep = (s: TaskRow['preProcessing']): TaskRow['preProcessing'] =>
+  s
+    ? {
+        ...s,
+        scriptPath: { raw: s.scriptPath.raw, resolved: '' },
+        sidecarPath: { raw: s.sidecarPath.raw, resolved: '' },
+        startedAt: 0,
+        finishedAt: 0,
+        error: '',
+      }
+    : null;
+
+const RUNNING_STATES: TaskStatus[] = ['PRE_PROCESSING', 'RUNNING'];
+
+/** QUEUED → DONE_CANCELED at once; running → the agent is told to stop; DONE_* → 409. */
+export async function cancelTask(ctx: ServiceContext, id: string): Promise<Task> {
+  let toStop: TaskRow | null = null;
+  const task = await transact(ctx, async (tx, ev) => {
+    const r = await getTaskRow(tx, id, true);
+    if (!r) throw new NotFoundError('task', id);
+    if (isDoneStatus(r.status)) throw new ConflictError('TASK_FINISHED', `task ${id} is already ${r.status}`);
+    const now = ctx.now();
+    if (r.status === 'QUEUED' || !r.agentId) {
+      return saveTaskChange(
+        tx,
+        ev,
+        id,
+        { status: 'DONE_CANCELED', finishedAt: now, remaining: 0, leaseToken: null, cancelRequested: false },
+        { now },
+      );
+    }
+    toStop = r;
+    if (!r.cancelRequested) {
+      await tx.update(tasks).set({ cancelRequested: true, updatedAt: now }).where(eq(tasks.id, id));
+    }
+    return toTask({ ...r, cancelRequested: true });
+  });
+  if (toStop) ctx.fleet.cancelRunning(toStop);
+  return task;
+}
+
+/** Only from DONE_*: back to QUEUED with progress, resolved values, errors and step times cleared. */
+export async function restartTask(ctx: ServiceContext, id: string): Promise<Task> {
+  const task = await transact(ctx, async (tx, ev) => {
+    const r = await getTaskRow(tx, id, true);
+    if (!r) throw new NotFoundError('task', id);
+    if (!isDoneStatus(r.status)) {
+      throw new ConflictError(
+        'TASK_NOT_FINISHED',
+        `task ${id} is ${r.status}; only finished tasks can be restarted`,
+      );
+    }
+    const now = ctx.now();
+    if (r.batchId) {
+      await tx
+        .update(batches)
+        .set({ status: 'RUNNING', finishedAt: 0, updatedAt: now })
+        .where(eq(batches.id, r.batchId));
+    }
+    return saveTaskChange(
+      tx,
+      ev,
+      id,
+      {
+        status: 'QUEUED',
+        progress: 0,
+        remaining: 0,
+        error: '',
+        commandResolved: '',
+        inputResolved: '',
+        outputResolved: '',
+        startedAt: 0,
+        finishedAt: 0,
+        preProcessing: clearStep(r.preProcessing),
+        postProcessing: clearStep(r.postProcessing),
+        agentId: null,
+        agentName: null,
+        leaseToken: null,
+        leaseExpiresAt: 0,
+        reportSeq: -1,
+        cancelRequested: false,
+        // A restart is a fresh run: the attempt budget for lost agents starts again.
+        maxAttempts: r.attempt + 3,
+      },
+      { now },
+    );
+  });
+  ctx.fleet.workAvailable();
+  return task;
+}
+
+/** Cancels first if running (the agent is told to stop), then deletes; emits `task.deleted`. */
+export async function deleteTask(ctx: ServiceContext, id: string): Promise<void> {
+  let stop: TaskRow | null = null;
+  await transact(ctx, async (tx, ev) => {
+    const now = ctx.now();
+    const r = await getTaskRow(tx, id, true);
+    if (!r) throw new NotFoundError('task', id);
+    if (RUNNING_STATES.includes(r.status as TaskStatus) && r.agentId) stop = r;
+    await tx.delete(tasks).where(eq(tasks.id, id));
+    await tx.delete(taskLogs).where(eq(taskLogs.taskId, id));
+    const task = toTask(r);
+    await ev.emit({
+      event: 'task.deleted',
+      data: taskEventData(task),
+      direct: task.webhooks,
+      taskId: id,
+      now,
+    });
+    if (r.batchId) {
+      await tx
+        .update(batches)
+        .set({ taskCount: sql`${batches.taskCount} - 1`, updatedAt: now })
+        .where(eq(batches.id, r.batchId));
+      if (!isDoneStatus(r.status)) await finishBatchIfDone(tx, ev, r.batchId, now);
+    }
+  });
+  if (stop) ctx.fleet.cancelRunning(stop);
+}
+
+/** Most log text returned by /logs (the tail). */
+export const LOG_TAIL_BYTES = 256 * 1024;
+
+export async function getTaskLogs(ctx: ServiceContext, id: string): Promise<string> {
+  const db = ctx.database.db;
+  const r = await getTaskRow(db, id);
+  if (!r) throw new NotFoundError('task', id);
+  const rows = await db
+    .select({ attempt: taskLogs.attempt, step: taskLogs.step, text: taskLogs.text })
+    .from(taskLogs)
+    .where(eq(taskLogs.taskId, id))
+    .orderBy(asc(taskLogs.id));
+  let out = '';
+  for (const l of rows) {
+    const prefix = `[attempt ${l.attempt} ${l.step}] `;
+    out += l.text
+      .split('\n')
+      .filter((line, i, a) => line !== '' || i < a.length - 1)
+      .map((line) => prefix + line)
+      .join('\n');
+    out += '\n';
+  }
+  return out.length > LOG_TAIL_BYTES ? out.slice(out.length - LOG_TAIL_BYTES) : out;
+}

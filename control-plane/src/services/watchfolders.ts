@@ -1,0 +1,165 @@
+import { randomUUID } from 'node:crypto';
+import type { PageQuery, Watchfolder, WatchfolderCreate } from '@ffleet/shared';
+import { and, count, desc, eq, inArray, ne } from 'drizzle-orm';
+import { ConflictError, NotFoundError, ValidationError } from '../api/errors.ts';
+import type { Db } from '../db/client.ts';
+import { isUniqueViolation } from '../db/errors.ts';
+import { toWatchfolder, type WatchfolderRow } from '../db/mappers.ts';
+import { agents, presets, watchfolders } from '../db/schema.ts';
+import { type ServiceContext, transact } from './context.ts';
+import { isUuid } from './tasks.ts';
+
+async function withAssigned(db: Db, rows: WatchfolderRow[]): Promise<Watchfolder[]> {
+  const ids = [...new Set(rows.map((r) => r.assignedAgentId).filter((x): x is string => !!x))];
+  const names = new Map<string, string>();
+  if (ids.length) {
+    for (const a of await db
+      .select({ id: agents.id, name: agents.name })
+      .from(agents)
+      .where(inArray(agents.id, ids))) {
+      names.set(a.id, a.name);
+    }
+  }
+  return rows.map((r) =>
+    toWatchfolder(
+      r,
+      r.assignedAgentId ? { id: r.assignedAgentId, name: names.get(r.assignedAgentId) ?? '' } : null,
+    ),
+  );
+}
+
+export async function watchfolderDto(db: Db, row: WatchfolderRow): Promise<Watchfolder> {
+  return (await withAssigned(db, [row]))[0]!;
+}
+
+async function checkRefs(tx: Db, input: WatchfolderCreate, selfId: string | null): Promise<void> {
+  if (
+    !isUuid(input.preset) ||
+    !(await tx.select({ id: presets.id }).from(presets).where(eq(presets.id, input.preset))).length
+  ) {
+    throw new ValidationError('unknown preset', [
+      { path: 'preset', message: `preset ${input.preset} not found` },
+    ]);
+  }
+  const clash = await tx
+    .select({ id: watchfolders.id })
+    .from(watchfolders)
+    .where(
+      selfId
+        ? and(eq(watchfolders.name, input.name), ne(watchfolders.id, selfId))
+        : eq(watchfolders.name, input.name),
+    );
+  if (clash.length)
+    throw new ConflictError(
+      'WATCHFOLDER_NAME_TAKEN',
+      `a watchfolder named ${JSON.stringify(input.name)} exists`,
+    );
+}
+
+const values = (input: WatchfolderCreate) => ({
+  name: input.name,
+  description: input.description ?? '',
+  interval: input.interval,
+  growthChecks: input.growthChecks,
+  presetId: input.preset,
+  path: input.path,
+  suspended: input.suspended ?? false,
+  filter: {
+    extensions: {
+      include: input.filter?.extensions?.include ?? [],
+      exclude: input.filter?.extensions?.exclude ?? [],
+    },
+  },
+  agent: input.agent ?? null,
+});
+
+/** Run a write; a unique violation on the name (a concurrent create/rename) becomes the 409. */
+async function withUniqueName<T>(name: string, write: () => Promise<T>): Promise<T> {
+  try {
+    return await write();
+  } catch (err) {
+    if (isUniqueViolation(err)) {
+      throw new ConflictError('WATCHFOLDER_NAME_TAKEN', `a watchfolder named ${JSON.stringify(name)} exists`);
+    }
+    throw err;
+  }
+}
+
+export async function createWatchfolder(ctx: ServiceContext, input: WatchfolderCreate): Promise<Watchfolder> {
+  const wf = await withUniqueName(input.name, () =>
+    transact(ctx, async (tx, ev) => {
+      await checkRefs(tx, input, null);
+      const now = ctx.now();
+      const [row] = await tx
+        .insert(watchfolders)
+        .values({ id: randomUUID(), ...values(input), createdAt: now, updatedAt: now })
+        .returning();
+      const dto = await watchfolderDto(tx, row!);
+      await ev.emit({ event: 'watchfolder.created', data: dto, now });
+      return dto;
+    }),
+  );
+  ctx.fleet.watchfoldersChanged();
+  return wf;
+}
+
+export async function listWatchfolders(ctx: ServiceContext, page: PageQuery) {
+  const db = ctx.database.db;
+  const [rows, [total]] = await Promise.all([
+    db
+      .select()
+      .from(watchfolders)
+      .orderBy(desc(watchfolders.createdAt), desc(watchfolders.id))
+      .limit(page.perPage)
+      .offset(page.page * page.perPage),
+    db.select({ n: count() }).from(watchfolders),
+  ]);
+  return { items: await withAssigned(db, rows), total: Number(total?.n ?? 0) };
+}
+
+export async function getWatchfolder(ctx: ServiceContext, id: string): Promise<Watchfolder> {
+  if (!isUuid(id)) throw new NotFoundError('watchfolder', id);
+  const [r] = await ctx.database.db.select().from(watchfolders).where(eq(watchfolders.id, id));
+  if (!r) throw new NotFoundError('watchfolder', id);
+  return watchfolderDto(ctx.database.db, r);
+}
+
+/** PUT replaces the definition; live state (assignment, lastCheck, error) is kept. */
+export async function updateWatchfolder(
+  ctx: ServiceContext,
+  id: string,
+  input: WatchfolderCreate,
+): Promise<Watchfolder> {
+  if (!isUuid(id)) throw new NotFoundError('watchfolder', id);
+  const wf = await withUniqueName(input.name, () =>
+    transact(ctx, async (tx, ev) => {
+      const [cur] = await tx.select().from(watchfolders).where(eq(watchfolders.id, id)).for('update');
+      if (!cur) throw new NotFoundError('watchfolder', id);
+      await checkRefs(tx, input, id);
+      const now = ctx.now();
+      const v = values(input);
+      // A new path or pinned agent invalidates the last scan's error.
+      const reset = v.path !== cur.path || v.agent !== cur.agent ? { error: '' } : {};
+      const [row] = await tx
+        .update(watchfolders)
+        .set({ ...v, ...reset, updatedAt: now })
+        .where(eq(watchfolders.id, id))
+        .returning();
+      const dto = await watchfolderDto(tx, row!);
+      await ev.emit({ event: 'watchfolder.updated', data: dto, now });
+      return dto;
+    }),
+  );
+  ctx.fleet.watchfoldersChanged();
+  return wf;
+}
+
+export async function deleteWatchfolder(ctx: ServiceContext, id: string): Promise<void> {
+  if (!isUuid(id)) throw new NotFoundError('watchfolder', id);
+  await transact(ctx, async (tx, ev) => {
+    const [row] = await tx.delete(watchfolders).where(eq(watchfolders.id, id)).returning();
+    if (!row) throw new NotFoundError('watchfolder', id);
+    await ev.emit({ event: 'watchfolder.deleted', data: await watchfolderDto(tx, row), now: ctx.now() });
+  });
+  ctx.fleet.watchfoldersChanged();
+}

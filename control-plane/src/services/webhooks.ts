@@ -1,0 +1,110 @@
+import { randomUUID } from 'node:crypto';
+import type { ExecutionListQuery, PageQuery, Webhook, WebhookCreate } from '@ffleet/shared';
+import { and, count, desc, eq, type SQL } from 'drizzle-orm';
+import { NotFoundError } from '../api/errors.ts';
+import { toExecution, toWebhook } from '../db/mappers.ts';
+import { webhookExecutions, webhooks } from '../db/schema.ts';
+import { type ServiceContext, transact } from './context.ts';
+import { isUuid } from './tasks.ts';
+
+export async function createWebhook(ctx: ServiceContext, input: WebhookCreate): Promise<Webhook> {
+  return transact(ctx, async (tx, ev) => {
+    const now = ctx.now();
+    const [row] = await tx
+      .insert(webhooks)
+      .values({
+        id: randomUUID(),
+        event: input.event,
+        url: input.url,
+        secret: input.secret ?? null,
+        createdAt: now,
+        updatedAt: now,
+      })
+      .returning();
+    const w = toWebhook(row!);
+    // Written after the insert: a webhook subscribed to webhook.created receives its own creation.
+    await ev.emit({ event: 'webhook.created', data: w, now });
+    return w;
+  });
+}
+
+export async function listWebhooks(ctx: ServiceContext, page: PageQuery) {
+  const db = ctx.database.db;
+  const [rows, [total]] = await Promise.all([
+    db
+      .select()
+      .from(webhooks)
+      .orderBy(desc(webhooks.createdAt), desc(webhooks.id))
+      .limit(page.perPage)
+      .offset(page.page * page.perPage),
+    db.select({ n: count() }).from(webhooks),
+  ]);
+  return { items: rows.map(toWebhook), total: Number(total?.n ?? 0) };
+}
+
+export async function getWebhook(ctx: ServiceContext, id: string): Promise<Webhook> {
+  if (!isUuid(id)) throw new NotFoundError('webhook', id);
+  const [r] = await ctx.database.db.select().from(webhooks).where(eq(webhooks.id, id));
+  if (!r) throw new NotFoundError('webhook', id);
+  return toWebhook(r);
+}
+
+/** PUT replaces event and url; the secret is replaced when given and kept when omitted. */
+export async function updateWebhook(ctx: ServiceContext, id: string, input: WebhookCreate): Promise<Webhook> {
+  if (!isUuid(id)) throw new NotFoundError('webhook', id);
+  return transact(ctx, async (tx, ev) => {
+    const now = ctx.now();
+    const [row] = await tx
+      .update(webhooks)
+      .set({
+        event: input.event,
+        url: input.url,
+        ...(input.secret !== undefined ? { secret: input.secret } : {}),
+        updatedAt: now,
+      })
+      .where(eq(webhooks.id, id))
+      .returning();
+    if (!row) throw new NotFoundError('webhook', id);
+    const w = toWebhook(row);
+    await ev.emit({ event: 'webhook.updated', data: w, now });
+    return w;
+  });
+}
+
+export async function deleteWebhook(ctx: ServiceContext, id: string): Promise<void> {
+  if (!isUuid(id)) throw new NotFoundError('webhook', id);
+  await transact(ctx, async (tx, ev) => {
+    const [row] = await tx.delete(webhooks).where(eq(webhooks.id, id)).returning();
+    if (!row) throw new NotFoundError('webhook', id);
+    await ev.emit({ event: 'webhook.deleted', data: toWebhook(row), now: ctx.now() });
+  });
+}
+
+export async function listExecutions(ctx: ServiceContext, q: ExecutionListQuery, page: PageQuery) {
+  const db = ctx.database.db;
+  const conds: SQL[] = [];
+  const never = eq(webhookExecutions.id, '00000000-0000-0000-0000-000000000000');
+  if (q.webhook) conds.push(isUuid(q.webhook) ? eq(webhookExecutions.webhookId, q.webhook) : never);
+  if (q.task) conds.push(isUuid(q.task) ? eq(webhookExecutions.taskId, q.task) : never);
+  if (q.event) conds.push(eq(webhookExecutions.event, q.event));
+  if (q.success) conds.push(eq(webhookExecutions.success, q.success === 'true'));
+  const where = conds.length ? and(...conds) : undefined;
+  const [rows, [total]] = await Promise.all([
+    db
+      .select()
+      .from(webhookExecutions)
+      .where(where)
+      .orderBy(desc(webhookExecutions.createdAt), desc(webhookExecutions.id))
+      .limit(page.perPage)
+      .offset(page.page * page.perPage),
+    db.select({ n: count() }).from(webhookExecutions).where(where),
+  ]);
+  return { items: rows.map(toExecution), total: Number(total?.n ?? 0) };
+}
+
+export async function getExecution(ctx: ServiceContext, id: string) {
+  if (!isUuid(id)) throw new NotFoundError('execution', id);
+  const [r] = await ctx.database.db.select().from(webhookExecutions).where(eq(webhookExecutions.id, id));
+  if (!r) throw new NotFoundError('execution', id);
+  return toExecution(r);
+}

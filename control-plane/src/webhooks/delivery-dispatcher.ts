@@ -1,0 +1,315 @@
+import type { EventPayload } from '@ffleet/shared';
+import type { Logger } from 'pino';
+import type { Database } from '../db/client.ts';
+import { AttemptRecorder } from './attempt-recorder.ts';
+import { type ClaimedDelivery, claimDeliveries, hasDueDeliveries } from './claim-deliveries.ts';
+import { decideOutcome, type FinishedAttempt, failMissingEvent, releaseDelivery } from './record-attempt.ts';
+import { queueRedelivery, type RedeliverResult } from './redeliver.ts';
+import { SHUTDOWN, sendWebhook } from './send-webhook.ts';
+
+/** Safety-net poll: finds rows other replicas wrote, retries that came due and progress windows that opened. */
+export const POLL_INTERVAL_MS = 250;
+/**
+ * When due rows exist but none may be sent yet (they wait behind an older delivery of their task, or
+ * for a progress window), polls re-run the full claim only this often: on PGlite a claim runs on the
+ * main thread, and repeating it 4×/s for nothing would slow everything else down.
+ */
+export const BLOCKED_RECHECK_MS = 1_000;
+/**
+ * Claims start at most this often. Under a stream of commits (one wake() each) this batches several
+ * new rows into one claim instead of running a claim per commit, for at most this much added latency.
+ */
+export const MIN_CLAIM_GAP_MS = 5;
+/** Attempts in flight per dispatcher. */
+export const DEFAULT_CONCURRENCY = 64;
+/**
+ * Attempts in flight per URL: half the slots, so one slow receiver never holds them all, while one
+ * busy receiver still gets enough parallel requests to keep up with a high event rate.
+ */
+export const DEFAULT_PER_URL_CONCURRENCY = 32;
+/** Lease beyond the attempt timeout: time to record the attempt, plus clock skew between replicas. */
+export const LEASE_MARGIN_MS = 15_000;
+/** How long stop() lets in-flight attempts finish before abandoning them (their rows are released). */
+export const STOP_GRACE_MS = 2_000;
+
+export type DeliveryDispatcherOptions = {
+  database: Database;
+  logger: Logger;
+  /** Per-attempt timeout (FFLEET_WEBHOOK_TIMEOUT_MS), covering the whole request and response body. */
+  timeoutMs: number;
+  /** `User-Agent` header, e.g. `ffleet/${VERSION}`. */
+  userAgent: string;
+  fetch?: typeof fetch;
+  /** Unix milliseconds; the same clock writeEvent() uses. */
+  clock?: () => number;
+  concurrency?: number;
+  perUrlConcurrency?: number;
+  pollIntervalMs?: number;
+  /** Called after each recorded attempt (metrics). */
+  onAttempt?: (success: boolean) => void;
+};
+
+type InFlight = { url: string; controller: AbortController; done: Promise<void> };
+
+/** The wire body: the stored payload with its top-level keys in contract order, identical on every retry. */
+const serializePayload = (p: EventPayload) =>
+  JSON.stringify({ id: p.id, event: p.event, timestamp: p.timestamp, data: p.data });
+
+/** The origin only: webhook URLs often carry tokens in their path or query, which must not reach logs. */
+function originOf(url: string): string {
+  try {
+    return new URL(url).origin;
+  } catch {
+    return '(invalid url)';
+  }
+}
+
+/** drizzle puts the query parameters (which can include a secret) into its error message; keep the cause. */
+function dbError(e: unknown): string {
+  const err = e as { message?: string; cause?: { message?: string } };
+  return err.cause?.message ?? String(err.message ?? e).split('\nparams:')[0]!;
+}
+
+/**
+ * Delivers the webhook outbox (`deliveries`): claims due rows, POSTs them concurrently, records every
+ * attempt and schedules retries. Several dispatchers (replicas) may share one database.
+ */
+export class DeliveryDispatcher {
+  readonly #o: Required<Omit<DeliveryDispatcherOptions, 'onAttempt'>> &
+    Pick<DeliveryDispatcherOptions, 'onAttempt'>;
+  readonly #log: Logger;
+  readonly #recorder: AttemptRecorder;
+  readonly #inFlight = new Map<string, InFlight>();
+  readonly #perUrl = new Map<string, number>();
+  readonly #recording = new Set<Promise<void>>();
+  #state: 'idle' | 'running' | 'stopped' = 'idle';
+  #claiming: Promise<void> | null = null;
+  #claimAgain = false;
+  #lastClaimAt = 0;
+  #gapTimer: NodeJS.Timeout | undefined;
+  #poll: NodeJS.Timeout | undefined;
+  readonly #retryTimers = new Set<NodeJS.Timeout>();
+  /** Polls skip the full claim until then (see BLOCKED_RECHECK_MS). */
+  #blockedUntil = 0;
+  /** The last claim found nothing: probe cheaply before claiming again. */
+  #idle = true;
+  #stopping: Promise<void> | undefined;
+
+  constructor(opts: DeliveryDispatcherOptions) {
+    this.#o = {
+      ...opts,
+      // Wrapped: fetch must not be called with the options object as `this`.
+      fetch: opts.fetch ?? ((input, init) => globalThis.fetch(input, init)),
+      clock: opts.clock ?? Date.now,
+      concurrency: opts.concurrency ?? DEFAULT_CONCURRENCY,
+      perUrlConcurrency: opts.perUrlConcurrency ?? DEFAULT_PER_URL_CONCURRENCY,
+      pollIntervalMs: opts.pollIntervalMs ?? POLL_INTERVAL_MS,
+    };
+    this.#log = opts.logger.child({ component: 'webhook-dispatcher' });
+    this.#recorder = new AttemptRecorder(opts.database);
+  }
+
+  /** Begin delivering (idempotent; a stopped dispatcher stays stopped). */
+  start(): void {
+    if (this.#state !== 'idle') return;
+    this.#state = 'running';
+    this.#poll = setInterval(() => {
+      if (this.#o.clock() >= this.#blockedUntil) this.wake();
+    }, this.#o.pollIntervalMs);
+    this.#poll.unref();
+    this.wake();
+  }
+
+  /** New deliveries were committed (the in-process bus): claim now rather than at the next poll. */
+  wake(): void {
+    if (this.#state !== 'running') return;
+    if (this.#claiming) {
+      this.#claimAgain = true;
+      return;
+    }
+    const wait = this.#lastClaimAt + MIN_CLAIM_GAP_MS - performance.now();
+    if (wait > 0) {
+      this.#gapTimer ??= setTimeout(() => {
+        this.#gapTimer = undefined;
+        this.wake();
+      }, wait);
+      return;
+    }
+    this.#claiming = this.#claimLoop()
+      .catch((e) => this.#log.error({ err: String(e) }, 'webhook claim loop failed'))
+      .finally(() => {
+        this.#claiming = null;
+        if (this.#claimAgain) this.wake();
+      });
+  }
+
+  /**
+   * Stop claiming, give in-flight attempts `graceMs` to finish, then abort the rest and release their
+   * rows (due again at once, the interrupted attempt not counted); resolves once every finished attempt
+   * is recorded. Idempotent.
+   */
+  stop(graceMs = STOP_GRACE_MS): Promise<void> {
+    this.#stopping ??= this.#stop(graceMs);
+    return this.#stopping;
+  }
+
+  async #stop(graceMs: number): Promise<void> {
+    this.#state = 'stopped';
+    clearInterval(this.#poll);
+    clearTimeout(this.#gapTimer);
+    for (const t of this.#retryTimers) clearTimeout(t);
+    this.#retryTimers.clear();
+    await this.#claiming;
+    const all = () => Promise.allSettled([...this.#inFlight.values()].map((f) => f.done));
+    let grace: NodeJS.Timeout | undefined;
+    await Promise.race([all(), new Promise((r) => (grace = setTimeout(r, graceMs)))]);
+    clearTimeout(grace);
+    for (const f of this.#inFlight.values()) f.controller.abort(SHUTDOWN);
+    await all();
+    await Promise.allSettled([...this.#recording]);
+  }
+
+  /** Queue the event of an execution again to the same URL (see queueRedelivery) and wake up. */
+  async redeliver(executionId: string): Promise<RedeliverResult> {
+    const result = await queueRedelivery(this.#o.database, executionId, this.#o.clock());
+    if (result.ok) {
+      this.#log.info({ executionId, deliveryId: result.delivery.deliveryId }, 'redelivery queued');
+      this.wake();
+    }
+    return result;
+  }
+
+  async #claimLoop(): Promise<void> {
+    for (;;) {
+      this.#claimAgain = false;
+      const free = this.#o.concurrency - this.#inFlight.size;
+      if (free <= 0) return;
+      const now = this.#o.clock();
+      this.#lastClaimAt = performance.now();
+      const probed = this.#idle;
+      let claimed: ClaimedDelivery[];
+      try {
+        // When idle, a cheap indexed probe first: idle polls must not run the full claim (costly on
+        // PGlite). While busy, claim directly.
+        if (probed && !(await hasDueDeliveries(this.#o.database, now))) return;
+        claimed = await claimDeliveries(this.#o.database, {
+          now,
+          limit: free,
+          leaseMs: this.#o.timeoutMs + LEASE_MARGIN_MS,
+          perUrlLimit: this.#o.perUrlConcurrency,
+          inFlightByUrl: Object.fromEntries(this.#perUrl),
+        });
+      } catch (e) {
+        // Database unreachable or closing: the poll tries again; leases protect anything half-claimed.
+        this.#claimAgain = false;
+        if (this.#state === 'running') this.#log.warn({ err: dbError(e) }, 'claiming deliveries failed');
+        return;
+      }
+      this.#idle = claimed.length === 0;
+      // Due rows exist (the probe said so) yet none could be claimed: they are blocked for now.
+      this.#blockedUntil = this.#idle && probed ? now + BLOCKED_RECHECK_MS : 0;
+      if (this.#state !== 'running') {
+        await Promise.allSettled(claimed.map((d) => releaseDelivery(this.#o.database, d)));
+        return;
+      }
+      for (const d of claimed) this.#launch(d);
+      if (claimed.length < free && !this.#claimAgain) return;
+    }
+  }
+
+  /**
+   * Run one attempt in a slot. The slot is freed as soon as the HTTP exchange ends; recording happens
+   * after, batched with others (the row stays leased and, being still pending, keeps later deliveries
+   * of its task waiting until it is recorded).
+   */
+  #launch(d: ClaimedDelivery): void {
+    const controller = new AbortController();
+    this.#perUrl.set(d.url, (this.#perUrl.get(d.url) ?? 0) + 1);
+    const done = this.#send(d, controller.signal)
+      .catch((e) => {
+        this.#log.error({ deliveryId: d.id, err: dbError(e) }, 'webhook attempt bookkeeping failed');
+        return null;
+      })
+      .then((finished) => {
+        this.#inFlight.delete(d.id);
+        const n = (this.#perUrl.get(d.url) ?? 1) - 1;
+        if (n > 0) this.#perUrl.set(d.url, n);
+        else this.#perUrl.delete(d.url);
+        if (finished) {
+          const recording = this.#record(finished).finally(() => this.#recording.delete(recording));
+          this.#recording.add(recording);
+        }
+        this.wake();
+      });
+    this.#inFlight.set(d.id, { url: d.url, controller, done });
+  }
+
+  /** POST the delivery; null when there is nothing to record (no event, or stopped mid-attempt). */
+  async #send(d: ClaimedDelivery, signal: AbortSignal): Promise<FinishedAttempt | null> {
+    const { database, clock } = this.#o;
+    if (!d.payload) {
+      await failMissingEvent(database, d, clock());
+      this.#log.error({ deliveryId: d.id, eventId: d.eventId }, 'delivery event not found');
+      return null;
+    }
+    const result = await sendWebhook({
+      url: d.url,
+      eventId: d.eventId,
+      body: serializePayload(d.payload),
+      secret: d.secret,
+      userAgent: this.#o.userAgent,
+      timeoutMs: this.#o.timeoutMs,
+      fetch: this.#o.fetch,
+      signal,
+      now: clock,
+    });
+    if (!result.ok && result.shutdown) {
+      await releaseDelivery(database, d);
+      return null;
+    }
+    const now = clock();
+    return { delivery: d, result, outcome: decideOutcome(result, d.attempts + 1, now), now };
+  }
+
+  async #record(f: FinishedAttempt): Promise<void> {
+    const { delivery: d, result, outcome } = f;
+    let ours: boolean;
+    try {
+      ours = await this.#recorder.record(f);
+    } catch (e) {
+      // Database down: the lease runs out and the row is attempted again.
+      this.#log.error({ deliveryId: d.id, err: dbError(e) }, 'recording webhook attempt failed');
+      return;
+    }
+    this.#o.onAttempt?.(result.ok);
+    const ctx = {
+      deliveryId: d.id,
+      event: d.event,
+      attempt: d.attempts + 1,
+      target: originOf(d.url),
+      durationMs: result.durationMs,
+    };
+    if (result.ok) this.#log.debug({ ...ctx, status: result.response.status }, 'webhook delivered');
+    else if (outcome.state === 'failed')
+      this.#log.warn({ ...ctx, error: result.error }, 'webhook delivery failed');
+    else this.#log.info({ ...ctx, error: result.error }, 'webhook attempt failed, will retry');
+    if (!ours) this.#log.warn({ deliveryId: d.id }, 'delivery lease lost before the attempt was recorded');
+    if (outcome.state === 'pending' && ours) this.#wakeAt(outcome.nextAttemptAt);
+    // Recording may unblock the next delivery of the same task.
+    this.wake();
+  }
+
+  /** A precise timer per scheduled retry (the poll alone would be up to a poll interval late). */
+  #wakeAt(at: number): void {
+    if (this.#state !== 'running') return;
+    const t = setTimeout(
+      () => {
+        this.#retryTimers.delete(t);
+        this.wake();
+      },
+      Math.max(0, at - this.#o.clock()),
+    );
+    t.unref();
+    this.#retryTimers.add(t);
+  }
+}
