@@ -1,0 +1,408 @@
+import { randomUUID } from 'node:crypto';
+import { arch, hostname, platform } from 'node:os';
+import { join } from 'node:path';
+import {
+  type ClaimedTask,
+  type InboxMessage,
+  isDoneStatus,
+  PROTOCOL_VERSION,
+  parseMessage,
+  type RunningTask,
+  type TaskPatch,
+  TaskReport,
+} from '@ffleet/shared';
+import type { Logger } from 'pino';
+import type { AgentConfig } from './config.ts';
+import { killOrphanedRuns, RUN_MARK_VAR } from './orphans.ts';
+import { Outbox } from './outbox/outbox.ts';
+import {
+  FENCED_OUT,
+  probeTranscoder,
+  resolveTranscoder,
+  runTask,
+  type TaskReporter,
+} from './runner/index.ts';
+import { AgentSession, type BirthInfo } from './session/agent-session.ts';
+import type { SubmitResult, WatchFile, WatchState } from './watch/watch-scanner.ts';
+import { WatchSupervisor } from './watch/watch-supervisor.ts';
+
+/** Even without a work hint, an agent with free slots asks for work this often (a lost hint costs at most this). */
+const CLAIM_POLL_MS = 2_000;
+/** A claim request unanswered this long is given up (the next poll asks again). */
+const CLAIM_TIMEOUT_MS = 5_000;
+/** How long a watchfolder file submission waits for the control plane's commit. */
+const WATCH_SUBMIT_TIMEOUT_MS = 15_000;
+/** Watch scan state (lastCheck/error) is sent at most this often per folder unless the error changes. */
+const WATCH_STATE_EVERY_MS = 2_000;
+
+type Run = {
+  claimed: ClaimedTask;
+  seq: number;
+  abort: AbortController;
+  handingBack: boolean;
+  done: Promise<void>;
+};
+
+export type FleetAgentOptions = { config: AgentConfig; logger: Logger; version: string };
+
+/**
+ * One encode box: MQTT session, claims, task runs, cancel, hand-back on forced shutdown, watchfolder
+ * scanning. Everything the control plane must know is reported through the session's outbox.
+ */
+export class FleetAgent {
+  readonly #cfg: AgentConfig;
+  readonly #log: Logger;
+  readonly #version: string;
+  readonly #runs = new Map<string, Run>();
+  readonly #outbox: Outbox;
+  readonly #bootId = randomUUID();
+  #session: AgentSession | null = null;
+  #watch: WatchSupervisor | null = null;
+  #transcoder: { path: string; version: string; encoders: string[]; hwaccels: string[] } | null = null;
+  #transcoderError = '';
+  #slots: number;
+  #labels: string[];
+  #paused = false;
+  #draining = false;
+  #refused = '';
+  #claimPending: string | null = null;
+  #claimTimer: NodeJS.Timeout | null = null;
+  #pollTimer: NodeJS.Timeout | null = null;
+  #lastState = new Map<string, { at: number; error: string }>();
+  /** Report writes not yet on disk: stop() waits for them, or a drain would exit before its result is sent. */
+  readonly #puts = new Set<Promise<unknown>>();
+  /** `taskId:attempt` → seq of the run's last report, for runs that ended and await that report's ack. */
+  readonly #lastSeq = new Map<string, number>();
+
+  constructor(opts: FleetAgentOptions) {
+    this.#cfg = opts.config;
+    this.#version = opts.version;
+    this.#log = opts.logger.child({ component: 'agent', agent: opts.config.name });
+    this.#slots = opts.config.slots;
+    this.#labels = opts.config.labels;
+    this.#outbox = new Outbox({
+      dir: join(this.#cfg.dataDir, `agent-${this.#cfg.name}`, 'outbox'),
+      logger: this.#log,
+    });
+  }
+
+  get name(): string {
+    return this.#cfg.name;
+  }
+
+  get runningCount(): number {
+    return this.#runs.size;
+  }
+
+  async start(): Promise<void> {
+    const orphans = killOrphanedRuns(this.#cfg.name, this.#bootId);
+    if (orphans.length)
+      this.#log.warn({ groups: orphans }, 'killed processes a previous run of this agent left behind');
+    await this.#outbox.start();
+    await this.#probe();
+    const session = new AgentSession({
+      url: this.#cfg.mqttUrl,
+      name: this.#cfg.name,
+      token: this.#cfg.token,
+      birth: () => this.#birth(),
+      running: () => this.#running(),
+      freeSlots: () => this.#free(),
+      heartbeatMs: this.#cfg.heartbeatMs,
+      outbox: this.#outbox,
+      logger: this.#log,
+      bootId: this.#bootId,
+    });
+    this.#session = session;
+    session.on('inbox', (m) => this.#onInbox(m));
+    session.on('work', () => this.#claim());
+    session.on('connection', (up) => {
+      if (up) this.#claim();
+    });
+    this.#watch = new WatchSupervisor({
+      submit: (f) => this.#submitWatchFile(f),
+      onState: (s) => this.#onWatchState(s),
+      logger: this.#log,
+    });
+    session.start();
+    this.#pollTimer = setInterval(() => this.#claim(), CLAIM_POLL_MS);
+    this.#pollTimer.unref();
+  }
+
+  /** First SIGTERM: stop claiming, let running tasks finish, then leave. */
+  async drain(): Promise<void> {
+    this.#draining = true;
+    this.#watch?.apply([]);
+    await Promise.allSettled([...this.#runs.values()].map((r) => r.done));
+  }
+
+  /** Second SIGTERM: kill running work and hand the tasks back to the queue (not a failure). */
+  async handBack(): Promise<void> {
+    this.#draining = true;
+    for (const r of this.#runs.values()) {
+      r.handingBack = true;
+      r.abort.abort();
+    }
+    await Promise.allSettled([...this.#runs.values()].map((r) => r.done));
+  }
+
+  /** Stop everything. `graceful` waits for the outbox to be acknowledged (bounded). */
+  async stop(opts: { flushMs?: number } = {}): Promise<void> {
+    this.#draining = true;
+    if (this.#pollTimer) clearInterval(this.#pollTimer);
+    if (this.#claimTimer) clearTimeout(this.#claimTimer);
+    await this.#watch?.stopAll();
+    await this.handBack();
+    await Promise.allSettled([...this.#puts]);
+    const deadline = Date.now() + (opts.flushMs ?? 3_000);
+    while (this.#outbox.size() > 0 && Date.now() < deadline && this.#session?.connected) {
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    await this.#session?.stop({ graceful: true });
+    await this.#outbox.stop();
+  }
+
+  async #probe(): Promise<void> {
+    const resolved = await resolveTranscoder(this.#cfg.env);
+    if (!resolved.ok) {
+      this.#transcoderError = resolved.error;
+      this.#log.error({ error: resolved.error }, 'no working transcoder: this agent claims nothing');
+      return;
+    }
+    const probed = await probeTranscoder(resolved.path);
+    if (!probed.ok) {
+      this.#transcoderError = `${resolved.path}: ${probed.error}`;
+      this.#log.error(
+        { error: this.#transcoderError },
+        'transcoder does not work: this agent claims nothing',
+      );
+      return;
+    }
+    this.#transcoder = {
+      path: resolved.path,
+      version: probed.version,
+      encoders: probed.encoders,
+      hwaccels: probed.hwaccels,
+    };
+    this.#log.info(
+      { path: resolved.path, version: probed.version, source: resolved.source },
+      'transcoder ready',
+    );
+  }
+
+  #birth(): BirthInfo {
+    return {
+      version: this.#version,
+      protocol: PROTOCOL_VERSION,
+      hostname: hostname(),
+      os: platform(),
+      arch: arch(),
+      transcoder: this.#transcoder
+        ? { path: this.#transcoder.path, version: this.#transcoder.version }
+        : null,
+      ...(this.#transcoderError ? { transcoderError: this.#transcoderError } : {}),
+      encoders: this.#transcoder?.encoders ?? [],
+      hwaccels: this.#transcoder?.hwaccels ?? [],
+      labels: this.#cfg.labels,
+      slots: this.#cfg.slots,
+    };
+  }
+
+  /**
+   * What the agent still holds: its live runs, plus runs whose result (final report) is not yet
+   * acknowledged. A run that ended while the control plane could not hear us (broker or control-plane
+   * restart, or before this process restarted) is listed until its result is delivered; otherwise the
+   * hello after reconnecting would have the task requeued as lost just before the replay delivers it.
+   */
+  #running(): RunningTask[] {
+    const held = new Map<string, RunningTask>();
+    for (const r of this.#runs.values()) {
+      held.set(r.claimed.task.id, {
+        taskId: r.claimed.task.id,
+        attempt: r.claimed.attempt,
+        leaseToken: r.claimed.leaseToken,
+      });
+    }
+    for (const e of this.#outbox.list()) {
+      if (!e.topic.endsWith('/events') || !/"status":"(DONE_|QUEUED)/.test(e.payload)) continue;
+      const r = parseMessage(TaskReport, e.payload);
+      if (r?.kind !== 'update' || !r.patch.status) continue;
+      if (!isDoneStatus(r.patch.status) && r.patch.status !== 'QUEUED') continue;
+      if (!held.has(r.taskId))
+        held.set(r.taskId, { taskId: r.taskId, attempt: r.attempt, leaseToken: r.leaseToken });
+    }
+    return [...held.values()];
+  }
+
+  #free(): number {
+    if (this.#draining || this.#paused || !this.#transcoder || this.#refused) return 0;
+    return Math.max(0, this.#slots - this.#runs.size);
+  }
+
+  #claim(): void {
+    const free = this.#free();
+    if (free <= 0 || this.#claimPending || !this.#session?.connected) return;
+    const requestId = randomUUID();
+    this.#claimPending = requestId;
+    this.#claimTimer = setTimeout(() => {
+      if (this.#claimPending === requestId) this.#claimPending = null;
+    }, CLAIM_TIMEOUT_MS);
+    void this.#session.request({ type: 'claim', requestId, max: free }, { durable: false }).then((r) => {
+      if (!r.ok && this.#claimPending === requestId) this.#claimPending = null;
+    });
+  }
+
+  #onInbox(m: InboxMessage): void {
+    switch (m.type) {
+      case 'claim.result': {
+        if (this.#claimPending === m.requestId) {
+          this.#claimPending = null;
+          if (this.#claimTimer) clearTimeout(this.#claimTimer);
+        }
+        for (const c of m.tasks) this.#startRun(c);
+        if (m.tasks.length > 0) this.#claim();
+        return;
+      }
+      case 'task.cancel': {
+        const r = this.#runs.get(m.taskId);
+        if (r && r.claimed.attempt === m.attempt) {
+          this.#log.info({ taskId: m.taskId, attempt: m.attempt, reason: m.reason }, 'cancel');
+          // 'canceled' is an operator's cancel; any other reason means this attempt lost its lease and
+          // another one owns the task (and its output) now.
+          r.abort.abort(m.reason === 'canceled' ? undefined : FENCED_OUT);
+        }
+        return;
+      }
+      case 'config': {
+        this.#slots = m.slots;
+        this.#labels = m.labels;
+        this.#paused = m.paused;
+        if (!this.#draining) this.#watch?.apply(m.watchfolders);
+        this.#claim();
+        return;
+      }
+      case 'refused': {
+        this.#refused = m.reason;
+        this.#log.error({ reason: m.reason }, 'the control plane refused this agent');
+        return;
+      }
+      case 'ack': {
+        const key = `${m.taskId}:${m.attempt}`;
+        const last = this.#lastSeq.get(key);
+        if (last !== undefined && m.seq >= last) {
+          this.#lastSeq.delete(key);
+          this.#claim();
+        }
+        return; // The outbox side of acks is the session's.
+      }
+      default:
+        return; // request.result is handled by the session
+    }
+  }
+
+  #startRun(claimed: ClaimedTask): void {
+    const { task, attempt, leaseToken } = claimed;
+    if (this.#runs.has(task.id) || !this.#transcoder) return;
+    const session = this.#session!;
+    const run: Run = {
+      claimed,
+      seq: 0,
+      abort: new AbortController(),
+      handingBack: false,
+      done: Promise.resolve(),
+    };
+    const send = (
+      kind: 'update' | 'log',
+      body: { patch: TaskPatch } | { step: 'pre' | 'transcoder' | 'post' | 'agent'; text: string },
+    ) => {
+      const base = { taskId: task.id, attempt, leaseToken, seq: run.seq++ };
+      const put = session.publishReport(
+        kind === 'update'
+          ? { kind, ...base, ...(body as { patch: TaskPatch }) }
+          : { kind: 'log', ...base, ...(body as { step: 'pre'; text: string }) },
+      );
+      this.#puts.add(put);
+      void put.finally(() => this.#puts.delete(put));
+    };
+    // After a hand-back starts, the run's own (cancel) reports are dropped: the task goes back to the queue.
+    const reporter: TaskReporter = {
+      update: (patch) => {
+        if (!run.handingBack) send('update', { patch });
+      },
+      log: (step, text) => {
+        if (!run.handingBack) send('log', { step, text });
+      },
+    };
+    this.#log.info({ taskId: task.id, attempt }, 'task claimed');
+    run.done = runTask({
+      claimed,
+      transcoderPath: this.#transcoder.path,
+      reporter,
+      signal: run.abort.signal,
+      logger: this.#log,
+      env: { ...this.#cfg.env, [RUN_MARK_VAR]: `${this.#cfg.name}:${this.#bootId}` },
+    })
+      .then(() => {
+        if (run.handingBack) send('update', { patch: { status: 'QUEUED' } });
+      })
+      .finally(() => {
+        this.#runs.delete(task.id);
+        // Until the control plane applies the final report it counts the task against our slots, so this
+        // claim may come back empty; the ack of that report claims again (else the slot idles until a poll).
+        this.#lastSeq.set(`${task.id}:${attempt}`, run.seq - 1);
+        this.#claim();
+      });
+    this.#runs.set(task.id, run);
+  }
+
+  async #submitWatchFile(f: WatchFile): Promise<SubmitResult> {
+    const session = this.#session;
+    if (!session) return { ok: false, error: 'agent is stopping', retry: true };
+    const requestId = randomUUID();
+    const req = {
+      type: 'watch.file' as const,
+      requestId,
+      watchfolderId: f.watchfolderId,
+      relativePath: f.relativePath,
+      size: f.size,
+      mtimeMs: f.mtimeMs,
+    };
+    const waiting = session.awaitResult(requestId, WATCH_SUBMIT_TIMEOUT_MS);
+    const sent = await session.request(req, { durable: true });
+    if (!sent.ok) return { ok: false, error: sent.error, retry: true };
+    const r = await waiting;
+    if (!r.ok) return { ok: false, error: `control plane did not answer (${r.error})`, retry: true };
+    if (r.reply.type === 'request.result' && r.reply.ok) {
+      const taskId = r.reply.taskId;
+      const confirmLock = taskId
+        ? () =>
+            void session.request(
+              { type: 'watch.locked', requestId: randomUUID(), watchfolderId: f.watchfolderId, taskId },
+              { durable: true },
+            )
+        : undefined;
+      return { ok: true, confirmLock };
+    }
+    return {
+      ok: false,
+      error: r.reply.type === 'request.result' ? (r.reply.error ?? 'refused') : 'unexpected reply',
+      retry: true,
+    };
+  }
+
+  #onWatchState(s: WatchState): void {
+    const prev = this.#lastState.get(s.watchfolderId);
+    const now = Date.now();
+    if (prev && prev.error === s.error && now - prev.at < WATCH_STATE_EVERY_MS) return;
+    this.#lastState.set(s.watchfolderId, { at: now, error: s.error });
+    void this.#session?.request(
+      {
+        type: 'watch.state',
+        requestId: randomUUID(),
+        watchfolderId: s.watchfolderId,
+        lastCheck: s.lastCheck,
+        error: s.error,
+      },
+      { durable: false },
+    );
+  }
+}

@@ -1,0 +1,43 @@
+import { readdirSync, readFileSync } from 'node:fs';
+
+/** Every process an agent starts (scripts, transcoder) carries this variable: `<agent name>:<boot id>`. */
+export const RUN_MARK_VAR = 'FFLEET_AGENT_RUN';
+
+/**
+ * Kill the process groups a previous incarnation of this agent left behind. Steps run in their own
+ * process group (so cancel can kill a whole tree), which also means a SIGKILLed agent's ffmpeg keeps
+ * running and writing; the restarted agent (systemd restarts it within seconds) ends them here.
+ * Linux: processes are found by the mark in /proc/<pid>/environ. Returns the killed group ids.
+ */
+export function killOrphanedRuns(agentName: string, currentBootId: string): number[] {
+  let pids: string[];
+  try {
+    pids = readdirSync('/proc').filter((d) => /^\d+$/.test(d));
+  } catch {
+    return []; // No /proc (not Linux): nothing to find.
+  }
+  const prefix = `${RUN_MARK_VAR}=${agentName}:`;
+  const groups = new Set<number>();
+  for (const pid of pids) {
+    let environ: string;
+    try {
+      environ = readFileSync(`/proc/${pid}/environ`, 'latin1');
+    } catch {
+      continue; // Gone, or not ours to read.
+    }
+    const mark = environ.split('\0').find((e) => e.startsWith(prefix));
+    if (!mark || mark === `${prefix}${currentBootId}`) continue;
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, 'latin1');
+      // Fields after the ")" of the command name: state ppid pgrp …
+      const pgrp = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[2]);
+      if (pgrp > 1) groups.add(pgrp);
+    } catch {}
+  }
+  for (const g of groups) {
+    try {
+      process.kill(-g, 'SIGKILL');
+    } catch {}
+  }
+  return [...groups];
+}

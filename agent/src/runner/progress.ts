@@ -1,0 +1,127 @@
+/**
+ * Parsing of ffmpeg's machine-readable progress (`-progress pipe:1`) and of the input duration it
+ * prints on stderr, and the arithmetic that turns both into the task's `progress` and `remaining`.
+ */
+
+/** One `-progress` block, reported when its closing `progress=continue|end` line arrives. */
+export interface ProgressSample {
+  /** Output time reached, in seconds; null while ffmpeg reports it as N/A. */
+  outTimeSeconds: number | null;
+  /** Encoding speed as a multiple of real time (`1.5x` → 1.5); null while N/A. */
+  speed: number | null;
+  /** True for the last block (`progress=end`). */
+  end: boolean;
+}
+
+/** Task progress in the units the API reports. */
+export interface TaskProgress {
+  /** 0–100, two decimals. */
+  progress: number;
+  /** Seconds left, or -1 while unknown (no duration or no speed yet). */
+  remaining: number;
+}
+
+const DURATION_LINE = /Duration:\s*(-?\d+):(\d{1,2}):(\d{1,2}(?:\.\d+)?)/;
+const CLOCK = /^(-?)(\d+):(\d{1,2}):(\d{1,2}(?:\.\d+)?)$/;
+
+/**
+ * Input duration in seconds from an ffmpeg stderr line like `  Duration: 00:00:05.00, start: …`;
+ * null for other lines and for `Duration: N/A` (a live or generated input).
+ */
+export function parseDurationLine(line: string): number | null {
+  const match = DURATION_LINE.exec(line);
+  if (!match) return null;
+  const seconds = Number(match[1]) * 3600 + Number(match[2]) * 60 + Number(match[3]);
+  return Number.isFinite(seconds) && seconds > 0 ? seconds : null;
+}
+
+/** Seconds of an `HH:MM:SS.micro` clock value; null when it is not one. */
+export function parseClock(value: string): number | null {
+  const match = CLOCK.exec(value);
+  if (!match) return null;
+  const seconds = Number(match[2]) * 3600 + Number(match[3]) * 60 + Number(match[4]);
+  return match[1] === '-' ? -seconds : seconds;
+}
+
+/**
+ * Reads `-progress` output line by line. ffmpeg writes `key=value` lines (values may be
+ * space-padded, e.g. `speed=   1x`) and ends each block with `progress=continue` or `progress=end`.
+ * `out_time_us` and `out_time_ms` are both microseconds (the `_ms` name is a historical ffmpeg
+ * mistake); `out_time` is `HH:MM:SS.micro`. Early blocks may say `N/A` or, in some versions, a
+ * negative time: both count as "not known yet" and "0" respectively.
+ */
+export class ProgressParser {
+  private block = new Map<string, string>();
+
+  /** Feed one stdout line; returns the block's sample when the line closes a block, else null. */
+  push(line: string): ProgressSample | null {
+    const eq = line.indexOf('=');
+    if (eq <= 0) return null;
+    const key = line.slice(0, eq).trim();
+    const value = line.slice(eq + 1).trim();
+    if (key !== 'progress') {
+      this.block.set(key, value);
+      return null;
+    }
+    const sample: ProgressSample = {
+      outTimeSeconds: readOutTime(this.block),
+      speed: readSpeed(this.block.get('speed')),
+      end: value === 'end',
+    };
+    this.block = new Map();
+    return sample;
+  }
+}
+
+function readOutTime(block: Map<string, string>): number | null {
+  for (const key of ['out_time_us', 'out_time_ms']) {
+    const raw = block.get(key);
+    if (raw !== undefined && /^-?\d+$/.test(raw)) return Math.max(0, Number(raw) / 1e6);
+  }
+  const clock = block.get('out_time');
+  const seconds = clock === undefined ? null : parseClock(clock);
+  return seconds === null ? null : Math.max(0, seconds);
+}
+
+function readSpeed(raw: string | undefined): number | null {
+  if (raw === undefined) return null;
+  const match = /^(\d+(?:\.\d+)?(?:e[+-]?\d+)?)x$/i.exec(raw);
+  if (!match) return null;
+  const speed = Number(match[1]);
+  return Number.isFinite(speed) ? speed : null;
+}
+
+/** Where in an `&&` chain a sample comes from: segment `index` (0-based) of `count`. */
+export interface ChainPosition {
+  index: number;
+  count: number;
+}
+
+/**
+ * Progress and remaining time of a task from the current segment's output time, the input
+ * duration and the speed. Every segment of a chain is assumed to process the whole input (the
+ * two-pass case), so segments weigh equally and later segments add one duration each to the time
+ * left. Without a duration the progress stays at the segment's start and the remaining time is -1.
+ */
+export function computeTaskProgress(
+  outTimeSeconds: number | null,
+  durationSeconds: number | null,
+  speed: number | null,
+  position: ChainPosition = { index: 0, count: 1 },
+): TaskProgress {
+  const base = (position.index / position.count) * 100;
+  if (durationSeconds === null || durationSeconds <= 0 || outTimeSeconds === null) {
+    return { progress: round2(base), remaining: -1 };
+  }
+  const fraction = Math.min(1, Math.max(0, outTimeSeconds / durationSeconds));
+  const progress = round2(Math.min(100, base + (fraction * 100) / position.count));
+  // Before the first output time the speed says nothing about the rest.
+  if (speed === null || speed <= 0 || outTimeSeconds <= 0) return { progress, remaining: -1 };
+  const laterSegments = position.count - position.index - 1;
+  const mediaLeft = durationSeconds * (1 - fraction) + durationSeconds * laterSegments;
+  return { progress, remaining: Math.round(mediaLeft / speed) };
+}
+
+function round2(value: number): number {
+  return Math.round(value * 100) / 100;
+}

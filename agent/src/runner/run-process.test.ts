@@ -1,0 +1,187 @@
+import { chmodSync, readdirSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { listGroupMembers } from './fixtures/live-processes.ts';
+import { runProcess, STDIO_DRAIN_MS } from './run-process.ts';
+
+const FIXTURES = path.join(path.dirname(fileURLToPath(import.meta.url)), 'fixtures');
+const fixture = (name: string) => path.join(FIXTURES, name);
+
+/** Wait until `predicate` holds, polling; false after `timeoutMs`. */
+async function waitFor(predicate: () => boolean, timeoutMs = 2000): Promise<boolean> {
+  const end = Date.now() + timeoutMs;
+  while (Date.now() < end) {
+    if (predicate()) return true;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  return predicate();
+}
+
+const strays: number[] = [];
+
+beforeAll(() => {
+  // Git may drop the executable bit; the fixtures must be runnable.
+  for (const name of readdirSync(FIXTURES)) if (name.endsWith('.sh')) chmodSync(fixture(name), 0o755);
+});
+
+afterEach(() => {
+  for (const pid of strays.splice(0)) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // already gone
+    }
+  }
+});
+
+describe('runProcess', () => {
+  it('runs an executable without a shell and reports success with line-split output', async () => {
+    const out: string[] = [];
+    const err: string[] = [];
+    const result = await runProcess({
+      file: fixture('ok.sh'),
+      args: ['a b', '$(echo injected)', '`id`', 'x;y', ''],
+      onStdoutLine: (l) => out.push(l),
+      onStderrLine: (l) => err.push(l),
+    });
+    expect(result).toMatchObject({ ok: true, code: 0, signal: null, canceled: false });
+    expect(result.error).toBeUndefined();
+    expect(out).toEqual(['a b', '$(echo injected)', '`id`', 'x;y', '']);
+    expect(err).toEqual(['ok on stderr']);
+    expect(result.stderrTail).toBe('ok on stderr\n');
+  });
+
+  it('reports a non-zero exit code with the stderr tail', async () => {
+    const result = await runProcess({ file: fixture('fail.sh'), args: ['3'] });
+    expect(result).toMatchObject({ ok: false, code: 3, signal: null, canceled: false });
+    expect(result.stderrTail).toContain('fatal: the fixture failed on purpose');
+    expect(result.stdoutTail).toBe('about to fail\n');
+  });
+
+  it('keeps only the last tailBytes of output', async () => {
+    const result = await runProcess({ file: fixture('ok.sh'), args: ['0123456789'], tailBytes: 4 });
+    expect(result.stdoutTail).toBe('789\n');
+  });
+
+  it('reports death by a signal', async () => {
+    const result = await runProcess({ file: fixture('crash.sh'), args: [] });
+    expect(result).toMatchObject({ ok: false, code: null, signal: 'SIGSEGV', canceled: false });
+    expect(result.stderrTail).toContain('crashing');
+  });
+
+  it('returns a spawn failure as a value', async () => {
+    const missing = await runProcess({ file: '/nonexistent/ffleet-transcoder', args: [] });
+    expect(missing).toMatchObject({ ok: false, code: null, signal: null, canceled: false });
+    expect(missing.error).toContain('ENOENT');
+    const notExecutable = await runProcess({ file: FIXTURES, args: [] });
+    expect(notExecutable.error).toContain('EACCES');
+  });
+
+  it('passes the given environment and working directory', async () => {
+    const out: string[] = [];
+    const result = await runProcess({
+      file: '/bin/sh',
+      args: ['-c', 'echo "$FFLEET_TEST_VALUE"; pwd'],
+      env: { PATH: process.env.PATH, FFLEET_TEST_VALUE: 'v 1' },
+      cwd: '/tmp',
+      onStdoutLine: (l) => out.push(l),
+    });
+    expect(result.ok).toBe(true);
+    expect(out).toEqual(['v 1', '/tmp']);
+  });
+
+  it('streams progress lines as they are printed', async () => {
+    const lines: string[] = [];
+    const result = await runProcess({
+      file: fixture('progress.sh'),
+      args: [],
+      onStdoutLine: (l) => lines.push(l),
+    });
+    expect(result.ok).toBe(true);
+    expect(lines.filter((l) => l.startsWith('progress='))).toEqual([
+      'progress=continue',
+      'progress=continue',
+      'progress=continue',
+      'progress=end',
+    ]);
+  });
+
+  it('does not start a process when already canceled', async () => {
+    let printed = false;
+    const result = await runProcess({
+      file: fixture('ok.sh'),
+      args: ['x'],
+      signal: AbortSignal.abort(),
+      onStdoutLine: () => {
+        printed = true;
+      },
+    });
+    expect(result).toMatchObject({ ok: false, canceled: true, code: null, signal: null });
+    expect(printed).toBe(false);
+  });
+
+  it('stops a process that exits on SIGTERM without waiting for the grace period', async () => {
+    const controller = new AbortController();
+    const started = Date.now();
+    const lines: string[] = [];
+    const done = runProcess({
+      file: fixture('graceful.sh'),
+      args: [],
+      signal: controller.signal,
+      graceMs: 10_000,
+      onStdoutLine: (l) => {
+        lines.push(l);
+        if (l === 'ready') controller.abort();
+      },
+    });
+    const result = await done;
+    expect(result).toMatchObject({ ok: false, canceled: true, code: 143 });
+    expect(lines).toContain('terminating');
+    expect(Date.now() - started).toBeLessThan(5000);
+  });
+
+  it('kills a group that ignores SIGTERM with SIGKILL after the grace period, leaving no process', async () => {
+    const controller = new AbortController();
+    let pgid = 0;
+    let childPid = 0;
+    const graceMs = 300;
+    let abortedAt = 0;
+    const result = await runProcess({
+      file: fixture('hang.sh'),
+      args: [],
+      signal: controller.signal,
+      graceMs,
+      onStdoutLine: (l) => {
+        if (l.startsWith('child ')) childPid = Number(l.slice(6));
+        if (l.startsWith('pid ')) pgid = Number(l.slice(4));
+        if (l === 'ready') {
+          abortedAt = Date.now();
+          controller.abort();
+        }
+      },
+    });
+    strays.push(childPid);
+    expect(result).toMatchObject({ ok: false, canceled: true, code: null, signal: 'SIGKILL' });
+    expect(Date.now() - abortedAt).toBeGreaterThanOrEqual(graceMs - 20);
+    expect(pgid).toBeGreaterThan(0);
+    expect(childPid).toBeGreaterThan(0);
+    // The backgrounded child was in the same group and ignored SIGTERM too: it must be gone as well.
+    expect(await waitFor(() => listGroupMembers(pgid).length === 0)).toBe(true);
+  });
+
+  it('settles soon after exit even when a background child keeps the pipes open', async () => {
+    let childPid = 0;
+    const started = Date.now();
+    const result = await runProcess({
+      file: fixture('background.sh'),
+      args: [],
+      onStdoutLine: (l) => {
+        if (l.startsWith('child ')) childPid = Number(l.slice(6));
+      },
+    });
+    strays.push(childPid);
+    expect(result).toMatchObject({ ok: true, code: 0, canceled: false });
+    expect(Date.now() - started).toBeLessThan(STDIO_DRAIN_MS + 2000);
+  });
+});

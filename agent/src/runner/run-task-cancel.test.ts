@@ -1,0 +1,153 @@
+// biome-ignore-all lint/suspicious/noTemplateCurlyInString: ${NAME} wildcards are literal text here, not template placeholders.
+import { execFileSync } from 'node:child_process';
+import { existsSync, readFileSync, statSync } from 'node:fs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { listGroupMembers, listProcessesMentioning } from './fixtures/live-processes.ts';
+import { RecordingReporter } from './fixtures/recording-reporter.ts';
+import { FFMPEG, RunFixture } from './fixtures/run-fixture.ts';
+import { makeStep } from './fixtures/sample-task.ts';
+
+let fx: RunFixture;
+let longClip = '';
+beforeAll(() => {
+  fx = new RunFixture();
+  longClip = fx.file('long.mp4');
+  execFileSync(FFMPEG, [
+    '-v',
+    'error',
+    '-f',
+    'lavfi',
+    '-i',
+    'testsrc=duration=3:size=160x120:rate=25',
+    '-pix_fmt',
+    'yuv420p',
+    longClip,
+  ]);
+});
+afterAll(() => {
+  fx.remove();
+});
+
+async function waitFor(predicate: () => boolean, timeoutMs = 5000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!predicate()) {
+    if (Date.now() > end) throw new Error('condition not reached in time');
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+describe('runTask: progress', () => {
+  it('reports rising progress about every half second while the transcoder runs', async () => {
+    const { result, reporter } = await fx.run({
+      inputFile: { raw: longClip, resolved: '' },
+      // -re reads at real time, so the 3 s clip takes about 3 s like a real encode would.
+      command: { raw: '-re -i ${INPUT_FILE} -c:v mpeg4 -y ${OUTPUT_FILE}', resolved: '' },
+      outputFile: { raw: `${fx.dir}/progress/out.mp4`, resolved: '' },
+    });
+    expect(result.status).toBe('DONE_SUCCESSFUL');
+    const runningAt = reporter.updates.find((u) => u.patch.status === 'RUNNING')?.at ?? 0;
+    const doneAt = reporter.updates.find((u) => u.patch.status === 'DONE_SUCCESSFUL')?.at ?? 0;
+    const progress = reporter.updates.filter(
+      (u) => u.patch.progress !== undefined && u.patch.status === undefined,
+    );
+    const values = progress.map((u) => u.patch.progress ?? 0);
+    expect(values.length).toBeGreaterThanOrEqual(3);
+    expect(values).toEqual([...values].sort((a, b) => a - b));
+    expect(values.every((v) => v >= 0 && v <= 100)).toBe(true);
+    expect(progress.some((u) => (u.patch.remaining ?? -1) > 0)).toBe(true);
+
+    // Never more often than every 500 ms; never a silent second while the encode runs.
+    const times = [runningAt, ...progress.map((u) => u.at), doneAt];
+    const gaps = times.slice(1).map((t, i) => t - (times[i] ?? 0));
+    for (const gap of gaps.slice(1, -1)) expect(gap).toBeGreaterThanOrEqual(490);
+    expect(Math.max(...gaps)).toBeLessThanOrEqual(1100);
+    expect(reporter.last()).toMatchObject({ progress: 100, remaining: 0 });
+  });
+});
+
+describe('runTask: cancel', () => {
+  it('kills the transcoder mid-run, removes the partial output and ends DONE_CANCELED', async () => {
+    const controller = new AbortController();
+    const reporter = new RecordingReporter();
+    const output = fx.file('cancel', 'out.mp4');
+    const run = fx.run(
+      {
+        command: {
+          raw: '-re -f lavfi -i testsrc=duration=60:size=160x120:rate=25 -c:v mpeg4 -y ${OUTPUT_FILE}',
+          resolved: '',
+        },
+        outputFile: { raw: output, resolved: '' },
+      },
+      { signal: controller.signal, reporter },
+    );
+    await waitFor(() => existsSync(output) && statSync(output).size > 0);
+    expect(listProcessesMentioning(fx.dir).some((p) => p.cmdline.startsWith(FFMPEG))).toBe(true);
+    const abortedAt = Date.now();
+    controller.abort();
+    const { result } = await run;
+
+    expect(result).toEqual({ status: 'DONE_CANCELED', error: '' });
+    // ffmpeg stops on SIGTERM; nobody waited for the SIGKILL grace period.
+    expect(Date.now() - abortedAt).toBeLessThan(3000);
+    expect(reporter.statuses()).toEqual(['RUNNING', 'DONE_CANCELED']);
+    expect(reporter.last()).toMatchObject({ status: 'DONE_CANCELED', error: '' });
+    expect(existsSync(output)).toBe(false);
+    expect(listProcessesMentioning(fx.dir)).toEqual([]);
+    expect(reporter.text('agent')).toContain(`removed partial output ${output}`);
+  });
+
+  it('kills a pre-processing script and everything it started, and never runs the transcoder', async () => {
+    const controller = new AbortController();
+    const pidFile = fx.file('pre-cancel.pid');
+    // The script ignores SIGTERM, and so does the sleep it starts: only the group SIGKILL ends them.
+    const script = fx.script(
+      'pre-hang.sh',
+      `trap '' TERM\necho $$ > ${pidFile}.tmp && mv ${pidFile}.tmp ${pidFile}\nsleep 60\necho done`,
+    );
+    const run = fx.run(
+      {
+        outputFile: { raw: `${fx.dir}/precancel/out.mp4`, resolved: '' },
+        preProcessing: makeStep(script, ''),
+      },
+      { signal: controller.signal, graceMs: 200 },
+    );
+    await waitFor(() => existsSync(pidFile));
+    const pgid = Number(readFileSync(pidFile, 'utf8'));
+    await waitFor(() => listGroupMembers(pgid).length >= 2);
+    controller.abort();
+    const { result, reporter } = await run;
+
+    expect(result).toEqual({ status: 'DONE_CANCELED', error: '' });
+    expect(reporter.statuses()).toEqual(['PRE_PROCESSING', 'DONE_CANCELED']);
+    expect(listGroupMembers(pgid)).toEqual([]);
+    expect(reporter.text('transcoder')).toBe('');
+    expect(existsSync(fx.file('precancel'))).toBe(false);
+  });
+
+  it('keeps the finished output when canceled during post-processing', async () => {
+    const controller = new AbortController();
+    const marker = fx.file('post-started');
+    const script = fx.script('post-hang.sh', `touch ${marker}\nsleep 60`);
+    const output = fx.file('postcancel', 'out.mp4');
+    const run = fx.run(
+      { outputFile: { raw: output, resolved: '' }, postProcessing: makeStep(script, '') },
+      { signal: controller.signal },
+    );
+    await waitFor(() => existsSync(marker));
+    controller.abort();
+    const { result } = await run;
+    expect(result.status).toBe('DONE_CANCELED');
+    expect(existsSync(output)).toBe(true);
+    expect(listProcessesMentioning(fx.dir)).toEqual([]);
+  });
+
+  it('ends a task canceled before it started without running anything', async () => {
+    const { result, reporter } = await fx.run(
+      { outputFile: { raw: `${fx.dir}/never/out.mp4`, resolved: '' } },
+      { signal: AbortSignal.abort() },
+    );
+    expect(result).toEqual({ status: 'DONE_CANCELED', error: '' });
+    expect(reporter.updates.map((u) => u.patch.status)).toEqual(['DONE_CANCELED']);
+    expect(existsSync(fx.file('never'))).toBe(false);
+  });
+});

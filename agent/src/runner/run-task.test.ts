@@ -1,0 +1,333 @@
+// biome-ignore-all lint/suspicious/noTemplateCurlyInString: ${NAME} wildcards are literal text here, not template placeholders.
+import { existsSync, readFileSync } from 'node:fs';
+import { tokenize } from '@ffleet/shared';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { FFMPEG, RunFixture } from './fixtures/run-fixture.ts';
+import { makeStep } from './fixtures/sample-task.ts';
+
+let fx: RunFixture;
+beforeAll(() => {
+  fx = new RunFixture();
+});
+afterAll(() => {
+  fx.remove();
+});
+
+/** A script that records its arguments, environment and sidecar into files next to it. */
+function recordingScript(name: string): string {
+  return fx.script(
+    `${name}.sh`,
+    [
+      `out="${fx.dir}/${name}"`,
+      'mkdir -p "$out"',
+      'for a in "$@"; do printf "%s\\n" "$a"; done > "$out/args"',
+      'printf "%s\\n" "$SIDECAR_FILE" "$TASK_UUID" "$SOURCE" "$INPUT_FILE" "$OUTPUT_FILE" "$TRANSCODER" "$ATTEMPT" > "$out/env"',
+      'cp "$SIDECAR_FILE" "$out/sidecar.json"',
+      `if [ -e "$OUTPUT_FILE" ]; then echo yes > "$out/output-existed"; fi`,
+      `echo "${name} says hello"`,
+      `echo "${name} warns" >&2`,
+    ].join('\n'),
+  );
+}
+
+describe('runTask: success', () => {
+  it('transcodes with every wildcard resolved and ends DONE_SUCCESSFUL at 100 %', async () => {
+    const { result, reporter } = await fx.run({
+      command: {
+        raw: '-i ${INPUT_FILE} -c:v mpeg4 -metadata "title=${METADATA_show.title}" -y ${OUTPUT_FILE}',
+        resolved: '',
+      },
+      outputFile: {
+        raw: '${INPUT_FILE_DIR}/plain/${INPUT_FILE_BASENAME}-${DATE_YEAR}${INPUT_FILE_EXTENSION}',
+        resolved: '',
+      },
+    });
+    expect(result).toEqual({ status: 'DONE_SUCCESSFUL', error: '' });
+    expect(reporter.statuses()).toEqual(['RUNNING', 'DONE_SUCCESSFUL']);
+
+    const year = new Date().getFullYear();
+    const output = fx.file('plain', `in-${year}.mp4`);
+    expect(existsSync(output)).toBe(true);
+
+    const running = reporter.first('status', (p) => p.status === 'RUNNING');
+    expect(running).toMatchObject({
+      inputFile: { raw: fx.clip, resolved: fx.clip },
+      outputFile: { resolved: output },
+      command: { resolved: `-i ${fx.clip} -c:v mpeg4 -metadata title=Pilot -y ${output}` },
+      progress: 0,
+      remaining: -1,
+    });
+    expect(running?.startedAt).toBeGreaterThan(0);
+    expect(reporter.last()).toMatchObject({
+      status: 'DONE_SUCCESSFUL',
+      progress: 100,
+      remaining: 0,
+      error: '',
+    });
+    expect(reporter.last()?.finishedAt).toBeGreaterThanOrEqual(running?.startedAt ?? 0);
+    expect(reporter.text('transcoder')).toContain('Duration: 00:00:01.00');
+    expect(reporter.text('agent')).toContain(`transcoder: $ ${FFMPEG} -nostdin -progress pipe:1 -nostats -i`);
+  });
+
+  it('runs pre-processing, the transcoder and post-processing with sidecars, arguments and environment', async () => {
+    const pre = recordingScript('pre');
+    const post = recordingScript('post');
+    const { result, reporter, task } = await fx.run({
+      metadata: { show: { title: `It's "a" test; $(touch ${fx.dir}/pwned) \`id\` && x` } },
+      source: 'watchfolder',
+      command: {
+        raw: '-i ${INPUT_FILE} -c:v mpeg4 -metadata title=${METADATA_show.title} -y ${OUTPUT_FILE}',
+        resolved: '',
+      },
+      outputFile: { raw: `${fx.dir}/full/\${UUID}.mp4`, resolved: '' },
+      preProcessing: makeStep(
+        `${pre} \${SIDECAR_FILE} \${METADATA_show.title} '\${UUID}'`,
+        `${fx.dir}/side/pre-\${UUID}.json`,
+      ),
+      postProcessing: makeStep(`${post} \${OUTPUT_FILE_BASE}`, `${fx.dir}/side/post-\${TASK_UUID}.json`),
+    });
+    expect(result).toEqual({ status: 'DONE_SUCCESSFUL', error: '' });
+    expect(reporter.statuses()).toEqual(['PRE_PROCESSING', 'RUNNING', 'DONE_SUCCESSFUL']);
+    expect(existsSync(fx.file('pwned'))).toBe(false);
+
+    const final = reporter.first('outputFile', (p) => p.status === 'RUNNING');
+    const output = final?.outputFile?.resolved ?? '';
+    const uuid = /full\/(.+)\.mp4$/.exec(output)?.[1] ?? '';
+    expect(uuid).toMatch(/^[0-9a-f-]{36}$/);
+    expect(existsSync(output)).toBe(true);
+
+    // Pre-processing: one argument per word even with quotes, `;`, `$(…)` and backticks in metadata.
+    const preSidecarPath = `${fx.dir}/side/pre-${uuid}.json`;
+    const title = task.metadata.show as { title: string };
+    expect(readFileSync(fx.file('pre', 'args'), 'utf8').split('\n').slice(0, -1)).toEqual([
+      preSidecarPath,
+      title.title,
+      uuid,
+    ]);
+    expect(readFileSync(fx.file('pre', 'env'), 'utf8').split('\n').slice(0, -1)).toEqual([
+      preSidecarPath,
+      task.uuid,
+      'watchfolder',
+      fx.clip,
+      output,
+      FFMPEG,
+      '2',
+    ]);
+    const preSidecar = JSON.parse(readFileSync(fx.file('pre', 'sidecar.json'), 'utf8'));
+    expect(preSidecar).toMatchObject({
+      uuid: task.uuid,
+      status: 'PRE_PROCESSING',
+      command: { raw: task.command.raw, resolved: '' },
+      inputFile: { raw: fx.clip, resolved: '' },
+      outputFile: { raw: task.outputFile.raw, resolved: '' },
+      postProcessing: null,
+      preProcessing: { sidecarPath: { resolved: preSidecarPath } },
+    });
+    expect(preSidecar.preProcessing.startedAt).toBeGreaterThan(0);
+    expect(existsSync(fx.file('pre', 'output-existed'))).toBe(false);
+
+    // Post-processing: every path resolved, status RUNNING, the output already written.
+    const postSidecarPath = `${fx.dir}/side/post-${task.uuid}.json`;
+    expect(readFileSync(fx.file('post', 'args'), 'utf8')).toBe(`${uuid}.mp4\n`);
+    expect(readFileSync(fx.file('post', 'env'), 'utf8').split('\n')[0]).toBe(postSidecarPath);
+    const postSidecar = JSON.parse(readFileSync(fx.file('post', 'sidecar.json'), 'utf8'));
+    expect(postSidecar).toMatchObject({
+      status: 'RUNNING',
+      progress: 100,
+      inputFile: { resolved: fx.clip },
+      outputFile: { resolved: output },
+      postProcessing: {
+        sidecarPath: { raw: task.postProcessing?.sidecarPath.raw, resolved: postSidecarPath },
+      },
+      preProcessing: { error: '' },
+    });
+    expect(postSidecar.command.resolved).toContain('-metadata');
+    expect(postSidecar.preProcessing.finishedAt).toBeGreaterThan(0);
+    expect(postSidecar.postProcessing.startedAt).toBeGreaterThan(0);
+    expect(readFileSync(fx.file('post', 'output-existed'), 'utf8')).toBe('yes\n');
+
+    // The resolved command is a faithful, re-tokenizable picture of what ran.
+    const tokens = tokenize(postSidecar.command.resolved);
+    expect(tokens.ok && tokens.tokens.map((t) => t.value)).toEqual([
+      '-i',
+      fx.clip,
+      '-c:v',
+      'mpeg4',
+      '-metadata',
+      `title=${title.title}`,
+      '-y',
+      output,
+    ]);
+
+    // Captured output of each step reaches the log.
+    expect(reporter.text('pre')).toContain('pre says hello\n');
+    expect(reporter.text('pre')).toContain('pre warns\n');
+    expect(reporter.text('post')).toContain('post says hello\n');
+    const lastPost = reporter.updates.map((u) => u.patch).findLast((p) => p.postProcessing);
+    expect(lastPost?.postProcessing).toMatchObject({
+      error: '',
+      scriptPath: { resolved: `${post} ${uuid}.mp4` },
+    });
+    expect(lastPost?.postProcessing?.finishedAt).toBeGreaterThan(0);
+  });
+
+  it('uses one instant and one ${UUID} for every field of the run', async () => {
+    const instant = new Date(2021, 0, 3, 12, 0, 0, 123);
+    const script = fx.script('instant.sh', `printf "%s\\n" "$@" > ${fx.dir}/instant-args`);
+    const { result, reporter } = await fx.run(
+      {
+        outputFile: {
+          raw: `${fx.dir}/instant/\${DATE_YEAR}-\${DATE_WEEK}-\${TIMESTAMP_SECONDS}-\${UUID}.mp4`,
+          resolved: '',
+        },
+        command: {
+          raw: '-i ${INPUT_FILE} -c:v mpeg4 -metadata comment=${UUID} -y ${OUTPUT_FILE}',
+          resolved: '',
+        },
+        postProcessing: makeStep(
+          `${script} \${UUID} \${TIMESTAMP_MILLISECONDS} \${TIMESTAMP_NANOSECONDS} \${TIME_HOUR}\${TIME_MINUTE}`,
+          `${fx.dir}/instant/\${UUID}.json`,
+        ),
+      },
+      { now: () => instant },
+    );
+    expect(result.status).toBe('DONE_SUCCESSFUL');
+    const output = reporter.first('outputFile', (p) => p.status === 'RUNNING')?.outputFile?.resolved ?? '';
+    const match = /instant\/2021-53-(\d+)-([0-9a-f-]{36})\.mp4$/.exec(output);
+    expect(match?.[1]).toBe(String(Math.floor(instant.getTime() / 1000)));
+    const uuid = match?.[2] ?? '';
+    const [argUuid, ms, ns, hhmm] = readFileSync(fx.file('instant-args'), 'utf8').split('\n');
+    expect(argUuid).toBe(uuid);
+    expect(ms).toBe(String(instant.getTime()));
+    expect(ns?.startsWith(String(instant.getTime()))).toBe(true);
+    expect(ns).toHaveLength(String(instant.getTime()).length + 6);
+    expect(hhmm).toBe('1200');
+    expect(existsSync(fx.file('instant', `${uuid}.json`))).toBe(true);
+    expect(reporter.first('command', (p) => p.status === 'RUNNING')?.command?.resolved).toContain(
+      `comment=${uuid}`,
+    );
+    expect(reporter.first('status', (p) => p.status === 'RUNNING')?.startedAt).toBe(instant.getTime());
+  });
+
+  it('runs every && segment, the later ones through ${TRANSCODER} and ${FFMPEG}', async () => {
+    const { result, reporter } = await fx.run({
+      command: {
+        raw: '-i ${INPUT_FILE} -c:v mpeg4 -y ${OUTPUT_FILE_DIR}/a.mp4 && ${TRANSCODER} -i ${OUTPUT_FILE_DIR}/a.mp4 -y ${OUTPUT_FILE_DIR}/b.mp4 && ${FFMPEG} -i ${OUTPUT_FILE_DIR}/b.mp4 -metadata "title=&&" -y ${OUTPUT_FILE}',
+        resolved: '',
+      },
+      outputFile: { raw: `${fx.dir}/chain/c.mp4`, resolved: '' },
+    });
+    expect(result.status).toBe('DONE_SUCCESSFUL');
+    for (const name of ['a', 'b', 'c']) expect(existsSync(fx.file('chain', `${name}.mp4`))).toBe(true);
+    const running = reporter.first('command', (p) => p.status === 'RUNNING');
+    expect(running?.command?.resolved).toBe(
+      `-i ${fx.clip} -c:v mpeg4 -y ${fx.dir}/chain/a.mp4 && ${FFMPEG} -i ${fx.dir}/chain/a.mp4 -y ${fx.dir}/chain/b.mp4 && ${FFMPEG} -i ${fx.dir}/chain/b.mp4 -metadata 'title=&&' -y ${fx.dir}/chain/c.mp4`,
+    );
+    expect(reporter.text('agent').match(/transcoder: \$/g)).toHaveLength(3);
+  });
+});
+
+describe('runTask: failures', () => {
+  it('fails in pre-processing without ever running the transcoder', async () => {
+    const pre = fx.script('pre-fail.sh', 'echo "checking"\necho "input rejected: too short" >&2\nexit 3');
+    const post = fx.script('post-marker.sh', `touch ${fx.dir}/post-ran-1`);
+    const { result, reporter } = await fx.run({
+      outputFile: { raw: `${fx.dir}/prefail/out.mp4`, resolved: '' },
+      preProcessing: makeStep(pre, ''),
+      postProcessing: makeStep(post, ''),
+    });
+    expect(result).toEqual({
+      status: 'DONE_ERROR',
+      error: 'pre-processing script exited with code 3: input rejected: too short',
+    });
+    expect(reporter.statuses()).toEqual(['PRE_PROCESSING', 'DONE_ERROR']);
+    expect(reporter.text('transcoder')).toBe('');
+    expect(reporter.text('agent')).not.toContain('transcoder: $');
+    expect(existsSync(fx.file('prefail'))).toBe(false);
+    expect(existsSync(fx.file('post-ran-1'))).toBe(false);
+    const step = reporter.updates.map((u) => u.patch).findLast((p) => p.preProcessing)?.preProcessing;
+    expect(step?.error).toBe(result.error);
+    expect(step?.finishedAt).toBeGreaterThan(0);
+    expect(reporter.last()).toMatchObject({ status: 'DONE_ERROR', error: result.error });
+    expect(reporter.text('pre')).toBe('checking\ninput rejected: too short\n');
+  });
+
+  it('fails when the pre-processing script cannot be started', async () => {
+    const { result } = await fx.run({ preProcessing: makeStep(`${fx.dir}/missing.sh`, '') });
+    expect(result.status).toBe('DONE_ERROR');
+    expect(result.error).toMatch(/^pre-processing script could not be started: .*ENOENT/);
+  });
+
+  it('fails when the transcoder fails, and post-processing never runs', async () => {
+    const post = fx.script('post-marker-2.sh', `touch ${fx.dir}/post-ran-2`);
+    const { result, reporter } = await fx.run({
+      inputFile: { raw: `${fx.dir}/does-not-exist.mp4`, resolved: '' },
+      outputFile: { raw: `${fx.dir}/tfail/out.mp4`, resolved: '' },
+      postProcessing: makeStep(post, ''),
+    });
+    expect(result.status).toBe('DONE_ERROR');
+    expect(result.error).toMatch(
+      /^transcoder exited with code 1: .*does-not-exist\.mp4: No such file or directory/s,
+    );
+    expect(reporter.statuses()).toEqual(['RUNNING', 'DONE_ERROR']);
+    expect(existsSync(fx.file('post-ran-2'))).toBe(false);
+    expect(reporter.first('postProcessing')).toBeUndefined();
+  });
+
+  it('names the failing segment of a chain and stops there', async () => {
+    const { result } = await fx.run({
+      command: {
+        raw: '-i ${INPUT_FILE} -c:v nope_codec -y ${OUTPUT_FILE} && ${TRANSCODER} -i ${OUTPUT_FILE} -y ${OUTPUT_FILE_DIR}/second.mp4',
+        resolved: '',
+      },
+      outputFile: { raw: `${fx.dir}/segfail/out.mp4`, resolved: '' },
+    });
+    expect(result.error).toMatch(/^transcoder \(segment 1 of 2\) exited with code \d+: .*nope_codec/s);
+    expect(existsSync(fx.file('segfail', 'second.mp4'))).toBe(false);
+  });
+
+  it('fails in post-processing with the transcoded output kept', async () => {
+    const post = fx.script('post-fail.sh', 'echo "upload refused" >&2\nexit 2');
+    const { result, reporter } = await fx.run({
+      outputFile: { raw: `${fx.dir}/postfail/out.mp4`, resolved: '' },
+      postProcessing: makeStep(post, ''),
+    });
+    expect(result).toEqual({
+      status: 'DONE_ERROR',
+      error: 'post-processing script exited with code 2: upload refused',
+    });
+    expect(reporter.statuses()).toEqual(['RUNNING', 'DONE_ERROR']);
+    expect(existsSync(fx.file('postfail', 'out.mp4'))).toBe(true);
+    expect(reporter.first('postProcessing')).toMatchObject({ status: 'RUNNING', progress: 100 });
+  });
+
+  it('fails a post-processing script killed by a signal', async () => {
+    const post = fx.script('post-crash.sh', 'kill -KILL $$');
+    const { result } = await fx.run({
+      outputFile: { raw: `${fx.dir}/postcrash/out.mp4`, resolved: '' },
+      postProcessing: makeStep(post, ''),
+    });
+    expect(result).toEqual({ status: 'DONE_ERROR', error: 'post-processing script was killed by SIGKILL' });
+  });
+
+  it.each([
+    ['an unterminated quote', `-i '\${INPUT_FILE}`, 'command: unterminated single quote at position 3'],
+    ['an empty command', '  ', 'command: command is empty'],
+    [
+      'a later segment that is not the transcoder',
+      '-i a b && rm -rf /',
+      'command: command segment 2 must start with',
+    ],
+  ])('fails on %s without running anything', async (_label, raw, message) => {
+    const { result, reporter } = await fx.run({ command: { raw, resolved: '' } });
+    expect(result.status).toBe('DONE_ERROR');
+    expect(result.error).toContain(message);
+    expect(reporter.statuses()).toEqual(['DONE_ERROR']);
+  });
+
+  it('fails when the output directory cannot be created', async () => {
+    const { result } = await fx.run({ outputFile: { raw: `${fx.clip}/sub/out.mp4`, resolved: '' } });
+    expect(result.status).toBe('DONE_ERROR');
+    expect(result.error).toContain(`failed to create output directory ${fx.clip}/sub`);
+  });
+});

@@ -1,0 +1,204 @@
+import { mkdir } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import type { ClaimedTask, TaskPatch } from '@ffleet/shared';
+import { createWildcardContext, resolveWildcards, type WildcardContext } from '@ffleet/shared';
+import type { Logger } from 'pino';
+import { ProgressThrottle } from './progress-throttle.ts';
+import { createRunLogs, flushRunLogs, type RunLogs } from './run-logs.ts';
+import { DEFAULT_KILL_GRACE_MS } from './run-process.ts';
+import { isStepDefined, runScriptStep, type ScriptStepInput } from './run-script-step.ts';
+import { resolveChain, runTranscode } from './run-transcode.ts';
+import type { StepOutcome } from './step-outcome.ts';
+import { type TaskReporter, TaskState } from './task-state.ts';
+
+export interface RunTaskOptions {
+  claimed: ClaimedTask;
+  /** Absolute path of the transcoder (`resolveTranscoder`). */
+  transcoderPath: string;
+  reporter: TaskReporter;
+  /** Aborting it cancels the run: the current step's process group is killed. */
+  signal: AbortSignal;
+  logger: Logger;
+  /** SIGTERM → SIGKILL grace for canceled processes; default {@link DEFAULT_KILL_GRACE_MS}. */
+  graceMs?: number;
+  /** Clock for timestamps and wildcards; default the system clock. */
+  now?: () => Date;
+  /** The agent environment scripts and the transcoder inherit; default `process.env`. */
+  env?: NodeJS.ProcessEnv;
+}
+
+export type FinalStatus = 'DONE_SUCCESSFUL' | 'DONE_ERROR' | 'DONE_CANCELED';
+export interface RunTaskResult {
+  status: FinalStatus;
+  /** `""` unless the task failed. */
+  error: string;
+}
+
+/** A stage ended the run early. */
+type Stop = { kind: 'failed'; error: string } | { kind: 'canceled' };
+
+/**
+ * Run one claimed task through the spec's transitions: pre-processing (status `PRE_PROCESSING`:
+ * sidecar, script, re-import) → resolution of input, output and command → transcoder (status
+ * `RUNNING`, progress) → post-processing (still `RUNNING`) → `DONE_SUCCESSFUL`. A failing step ends
+ * the task `DONE_ERROR` and skips every later step; an aborted `signal` kills the current step,
+ * removes a partial output and ends it `DONE_CANCELED`. Never rejects: every outcome is reported
+ * through `reporter` and returned.
+ */
+export async function runTask(options: RunTaskOptions): Promise<RunTaskResult> {
+  const now = options.now ?? (() => new Date());
+  const { task, attempt } = options.claimed;
+  const logger = options.logger.child({ component: 'runner', taskId: task.id, attempt });
+  const state = new TaskState(task, options.reporter);
+  const logs = createRunLogs(options.reporter);
+  const throttle = new ProgressThrottle((p) => state.apply(p));
+  logger.info('task run started');
+
+  let result: RunTaskResult;
+  try {
+    const stop = await runStages({ ...options, now }, state, logs, throttle);
+    result = stop ? toResult(stop) : { status: 'DONE_SUCCESSFUL', error: '' };
+  } catch (err) {
+    // Only a bug gets here; the task must still reach a terminal state.
+    logger.error({ err }, 'task run failed unexpectedly');
+    result = { status: 'DONE_ERROR', error: `agent error: ${(err as Error).message}` };
+  } finally {
+    throttle.stop();
+  }
+
+  if (result.error) logs.agent.add(result.error);
+  flushRunLogs(logs);
+  const final: TaskPatch = {
+    status: result.status,
+    error: result.error,
+    finishedAt: now().getTime(),
+    remaining: 0,
+  };
+  if (result.status === 'DONE_SUCCESSFUL') final.progress = 100;
+  state.apply(final);
+  logger.info({ status: result.status }, 'task finished');
+  return result;
+}
+
+async function runStages(
+  options: RunTaskOptions & { now: () => Date },
+  state: TaskState,
+  logs: RunLogs,
+  throttle: ProgressThrottle,
+): Promise<Stop | null> {
+  const { claimed, transcoderPath, signal, now } = options;
+  const env = options.env ?? process.env;
+  const graceMs = options.graceMs ?? DEFAULT_KILL_GRACE_MS;
+  if (signal.aborted) return { kind: 'canceled' };
+
+  const instant = readInstant(now);
+  const startedAt = instant.now.getTime();
+  const makeContext = (uuid?: string): WildcardContext =>
+    createWildcardContext({
+      task: state.task,
+      transcoderPath,
+      os: os.platform(),
+      arch: process.arch,
+      uuid,
+      ...instant,
+    });
+  let ctx = makeContext();
+
+  const stepInput = (
+    phase: 'pre' | 'post',
+    paths: ScriptStepInput['paths'],
+    startPatch: TaskPatch,
+  ): ScriptStepInput => ({
+    phase,
+    state,
+    ctx,
+    paths,
+    startPatch,
+    transcoderPath,
+    attempt: claimed.attempt,
+    env,
+    signal,
+    graceMs,
+    now,
+    logs,
+  });
+
+  if (isStepDefined(state.task.preProcessing)) {
+    // The pre-processing script sees input and output as they resolve now; the sidecar shows them
+    // unresolved (spec), and both are resolved again afterwards because a re-import may change them.
+    const outcome = await runScriptStep(
+      stepInput('pre', resolvePaths(ctx, state), { status: 'PRE_PROCESSING', startedAt }),
+    );
+    if (outcome.kind !== 'ok') return outcome;
+    // Same instant and ${UUID}, current metadata.
+    ctx = makeContext(ctx.uuid);
+  }
+  if (signal.aborted) return { kind: 'canceled' };
+
+  const paths = resolvePaths(ctx, state);
+  const chain = resolveChain(state.task.command.raw, ctx, paths, transcoderPath);
+  if (!chain.ok) return { kind: 'failed', error: chain.error };
+  if (paths.outputFile !== '') {
+    const dir = path.dirname(paths.outputFile);
+    try {
+      await mkdir(dir, { recursive: true });
+    } catch (err) {
+      return { kind: 'failed', error: `failed to create output directory ${dir}: ${(err as Error).message}` };
+    }
+  }
+
+  state.apply({
+    status: 'RUNNING',
+    startedAt,
+    command: { raw: state.task.command.raw, resolved: chain.display },
+    inputFile: { raw: state.task.inputFile.raw, resolved: paths.inputFile },
+    outputFile: { raw: state.task.outputFile.raw, resolved: paths.outputFile },
+    progress: 0,
+    remaining: -1,
+  });
+  const transcode = await runTranscode({
+    segments: chain.segments,
+    transcoderPath,
+    outputFile: paths.outputFile,
+    env,
+    signal,
+    graceMs,
+    logs,
+    onProgress: (p) => throttle.offer(p),
+  });
+  throttle.stop();
+  if (transcode.kind !== 'ok') return transcode;
+
+  if (isStepDefined(state.task.postProcessing)) {
+    const outcome: StepOutcome = await runScriptStep(
+      stepInput('post', paths, { status: 'RUNNING', progress: 100, remaining: 0 }),
+    );
+    if (outcome.kind !== 'ok') return outcome;
+  }
+  return null;
+}
+
+/** Input first, then output (which may use input-derived wildcards). */
+function resolvePaths(ctx: WildcardContext, state: TaskState): { inputFile: string; outputFile: string } {
+  const inputFile = resolveWildcards(state.task.inputFile.raw.trim(), ctx);
+  const outputFile = resolveWildcards(state.task.outputFile.raw.trim(), ctx, { inputFile });
+  return { inputFile, outputFile };
+}
+
+/**
+ * The run's single instant. Wall-clock milliseconds come from the (injected or system) clock; the
+ * sub-millisecond part of the µs/ns timestamps is taken from the monotonic clock
+ * (`process.hrtime`), because `Date` has no finer precision and the monotonic clock alone drifts
+ * from wall time over a long-running agent. The µs/ns values are therefore the instant's
+ * milliseconds plus a fine-grained, non-repeating fraction, not a synchronised sub-ms reading.
+ */
+function readInstant(now: () => Date): { now: Date; subMillisecondNanos: number } {
+  return { now: now(), subMillisecondNanos: Number(process.hrtime.bigint() % 1_000_000n) };
+}
+
+function toResult(stop: Stop): RunTaskResult {
+  return stop.kind === 'canceled'
+    ? { status: 'DONE_CANCELED', error: '' }
+    : { status: 'DONE_ERROR', error: stop.error };
+}

@@ -1,0 +1,143 @@
+import { rm, stat } from 'node:fs/promises';
+import {
+  formatCommandLine,
+  isTranscoderWildcard,
+  parseCommand,
+  resolveWildcards,
+  type WildcardContext,
+  type WildcardPaths,
+} from '@ffleet/shared';
+import { computeTaskProgress, ProgressParser, parseDurationLine, type TaskProgress } from './progress.ts';
+import type { RunLogs } from './run-logs.ts';
+import { FENCED_OUT, runProcess } from './run-process.ts';
+import { type StepOutcome, toStepOutcome } from './step-outcome.ts';
+
+/**
+ * Arguments the runner puts in front of every transcoder call, before the user's arguments:
+ * global options are position-independent only at the front, and a later user `-progress` still
+ * wins. `-nostdin` keeps ffmpeg from reading the terminal, `-progress pipe:1` writes machine-readable
+ * progress blocks to stdout, `-nostats` drops the human stats line from stderr so the log and the
+ * error tail hold real messages. (A command that writes its output to stdout is not supported.)
+ */
+export const TRANSCODER_PREFIX_ARGS: readonly string[] = ['-nostdin', '-progress', 'pipe:1', '-nostats'];
+
+/** A command ready to run: the arguments of each `&&` segment, and the line shown as `command.resolved`. */
+export type ResolvedChain =
+  | { ok: true; segments: string[][]; display: string }
+  | { ok: false; error: string };
+
+/**
+ * Tokenize the raw command, split it at `&&`, and substitute wildcards inside every argument. The
+ * transcoder binary is not part of a segment's arguments: it is placed in front of the first
+ * segment, and a later segment's leading `${TRANSCODER}`/`${FFMPEG}` stands for it. A first segment
+ * that also starts with one of them is accepted and not doubled. `display` shows the chain with the
+ * transcoder path in front of later segments, quoted so it tokenizes back to the same arguments.
+ */
+export function resolveChain(
+  rawCommand: string,
+  ctx: WildcardContext,
+  paths: WildcardPaths,
+  transcoderPath: string,
+): ResolvedChain {
+  const parsed = parseCommand(rawCommand);
+  if (!parsed.ok) return { ok: false, error: `command: ${parsed.error}` };
+  const segments = parsed.segments.map((words, index) => {
+    const args = index > 0 || isTranscoderWildcard(words[0]) ? words.slice(1) : words;
+    return args.map((word) => resolveWildcards(word, ctx, paths));
+  });
+  const display = formatCommandLine(
+    segments.map((args, index) => (index === 0 ? args : [transcoderPath, ...args])),
+  );
+  return { ok: true, segments, display };
+}
+
+export interface TranscodeInput {
+  segments: string[][];
+  transcoderPath: string;
+  /** Resolved output path ('' when the task has none): removed when a cancel interrupts the transcode. */
+  outputFile: string;
+  env: NodeJS.ProcessEnv;
+  signal: AbortSignal;
+  graceMs: number;
+  logs: RunLogs;
+  onProgress: (progress: TaskProgress) => void;
+}
+
+/**
+ * Run the segments one after another; the first failure stops the chain. Progress comes from
+ * `-progress` on stdout and the input duration on stderr; stderr also goes to the transcoder log.
+ * A canceled transcode removes the partial output file.
+ */
+export async function runTranscode(input: TranscodeInput): Promise<StepOutcome> {
+  const before = await statOrNull(input.outputFile);
+  let duration: number | null = null;
+
+  for (const [index, args] of input.segments.entries()) {
+    const position = { index, count: input.segments.length };
+    const parser = new ProgressParser();
+    // A later segment that prints no duration (e.g. reading a generated source) keeps the last one.
+    let segmentDuration: number | null = null;
+    const argv = [...TRANSCODER_PREFIX_ARGS, ...args];
+    input.logs.agent.add(`transcoder: $ ${formatCommandLine([[input.transcoderPath, ...argv]])}`);
+
+    const result = await runProcess({
+      file: input.transcoderPath,
+      args: argv,
+      env: input.env,
+      signal: input.signal,
+      graceMs: input.graceMs,
+      onStdoutLine: (line) => {
+        const sample = parser.push(line);
+        if (sample)
+          input.onProgress(computeTaskProgress(sample.outTimeSeconds, duration, sample.speed, position));
+      },
+      onStderrLine: (line) => {
+        input.logs.transcoder.add(line);
+        if (segmentDuration === null) {
+          segmentDuration = parseDurationLine(line);
+          if (segmentDuration !== null) duration = segmentDuration;
+        }
+      },
+    });
+
+    const label =
+      input.segments.length > 1
+        ? `transcoder (segment ${index + 1} of ${input.segments.length})`
+        : 'transcoder';
+    const outcome = toStepOutcome(label, result);
+    if (outcome.kind === 'canceled' && input.signal.reason !== FENCED_OUT) {
+      await removePartialOutput(input.outputFile, before, input.logs);
+    }
+    if (outcome.kind !== 'ok') return outcome;
+  }
+  return { kind: 'ok' };
+}
+
+type FileIdentity = { ino: number; size: number; mtimeMs: number };
+
+async function statOrNull(file: string): Promise<FileIdentity | null> {
+  if (file === '') return null;
+  try {
+    const s = await stat(file);
+    return { ino: s.ino, size: s.size, mtimeMs: s.mtimeMs };
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Remove the output a canceled transcode left behind. A file that was already there and was not
+ * touched by this run (same inode, size and mtime) is kept: the transcoder never opened it.
+ */
+async function removePartialOutput(file: string, before: FileIdentity | null, logs: RunLogs): Promise<void> {
+  const after = await statOrNull(file);
+  if (after === null) return;
+  if (before && before.ino === after.ino && before.size === after.size && before.mtimeMs === after.mtimeMs)
+    return;
+  try {
+    await rm(file, { force: true });
+    logs.agent.add(`transcoder: removed partial output ${file}`);
+  } catch (err) {
+    logs.agent.add(`transcoder: could not remove partial output ${file}: ${(err as Error).message}`);
+  }
+}

@@ -1,0 +1,22 @@
+import type { RunProcessResult } from './run-process.ts';
+
+/** How a step of a run ended. */
+export type StepOutcome = { kind: 'ok' } | { kind: 'failed'; error: string } | { kind: 'canceled' };
+
+/** Characters of a failed process's stderr kept in the task's `error` (the full output is in the logs). */
+export const ERROR_TAIL_CHARS = 2000;
+
+/**
+ * Turn a process result into a step outcome. The error names the step (`label`), then how the
+ * process ended (exit code, signal or start failure), then the end of its stderr.
+ */
+export function toStepOutcome(label: string, result: RunProcessResult): StepOutcome {
+  if (result.canceled) return { kind: 'canceled' };
+  if (result.ok) return { kind: 'ok' };
+  if (result.error !== undefined)
+    return { kind: 'failed', error: `${label} could not be started: ${result.error}` };
+  const how = result.signal ? `was killed by ${result.signal}` : `exited with code ${result.code}`;
+  const tail = result.stderrTail.trim();
+  const shown = tail.length > ERROR_TAIL_CHARS ? `…${tail.slice(-ERROR_TAIL_CHARS)}` : tail;
+  return { kind: 'failed', error: shown ? `${label} ${how}: ${shown}` : `${label} ${how}` };
+}

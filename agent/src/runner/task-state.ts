@@ -1,0 +1,36 @@
+import type { Task, TaskPatch } from '@ffleet/shared';
+
+/** Which part of a run produced a log text. */
+export type LogStep = 'pre' | 'transcoder' | 'post' | 'agent';
+
+/**
+ * Where a run reports to. The agent's session turns these calls into acknowledged MQTT reports;
+ * the runner neither waits for nor depends on their delivery.
+ */
+export interface TaskReporter {
+  /** A change of the task's fields (status, progress, resolved values, step details, result). */
+  update(patch: TaskPatch): void;
+  /** Captured output of a step, whole lines each ending with `\n`. */
+  log(step: LogStep, text: string): void;
+}
+
+/**
+ * The runner's copy of the task: every change goes through {@link apply}, which updates the copy
+ * (so sidecars show the current state) and reports the same patch.
+ */
+export class TaskState {
+  readonly task: Task;
+
+  constructor(
+    task: Task,
+    private readonly reporter: TaskReporter,
+  ) {
+    this.task = structuredClone(task);
+  }
+
+  /** Apply a patch to the copy and report it. */
+  apply(patch: TaskPatch): void {
+    Object.assign(this.task, structuredClone(patch) as Partial<Task>);
+    this.reporter.update(patch);
+  }
+}

@@ -1,0 +1,356 @@
+import { randomUUID } from 'node:crypto';
+import { EventEmitter } from 'node:events';
+import {
+  AGENT_ID_RE,
+  type AgentBirth,
+  type AgentHeartbeat,
+  type AgentHello,
+  type AgentRequest,
+  agentTopic,
+  InboxMessage,
+  parseMessage,
+  RESYNC_TOPIC,
+  type RunningTask,
+  type TaskReport,
+  WORK_TOPIC,
+} from '@ffleet/shared';
+import { connect, type ErrorWithReasonCode, ErrorWithSubackPacket, type MqttClient } from 'mqtt';
+import type { Logger } from 'pino';
+import type { Outbox, PutResult } from '../outbox/outbox.ts';
+import { OutboxPublisher } from './outbox-publisher.ts';
+import { type BackoffOptions, computeBackoffMs, DEFAULT_BACKOFF } from './reconnect-backoff.ts';
+import { type AwaitResult, RequestWaiters } from './request-waiters.ts';
+
+/** What the agent announces about itself; the session adds name, state, bootId and ts. */
+export type BirthInfo = Omit<AgentBirth, 'state' | 'bootId' | 'ts' | 'name'>;
+
+export interface AgentSessionOptions {
+  url: string;
+  /** Agent id: MQTT client id, username and topic level (must match AGENT_ID_RE). */
+  name: string;
+  token: string;
+  birth: () => BirthInfo;
+  running: () => RunningTask[];
+  freeSlots: () => number;
+  heartbeatMs: number;
+  outbox: Outbox;
+  logger: Logger;
+  backoff?: BackoffOptions;
+  /** Unacked outbox entries are sent again after this long (covers a lost ack); 0 = only on reconnect. */
+  resendAfterMs?: number;
+  keepaliveSec?: number;
+  /** Defaults to a random UUID per session object (i.e. per process boot). */
+  bootId?: string;
+}
+
+export type SessionEvents = {
+  inbox: [message: InboxMessage];
+  work: [];
+  connection: [connected: boolean];
+};
+
+export type SendResult = { ok: true } | { ok: false; error: string };
+
+/**
+ * Acks normally follow within milliseconds; this only matters when one was lost (control plane
+ * crashed before its commit, or it had not resubscribed yet when we replayed after a broker restart).
+ */
+/** On a resync broadcast, unacknowledged entries older than this are sent again. */
+const RESYNC_RESEND_OLDER_THAN_MS = 1_000;
+const DEFAULT_RESEND_AFTER_MS = 10_000;
+const DEFAULT_KEEPALIVE_SEC = 30;
+/** stop() never hangs on a dead broker longer than this. */
+const STOP_FLUSH_TIMEOUT_MS = 2_000;
+
+/**
+ * The agent's MQTT session: persistent session, retained birth + Last Will, hello and outbox replay on
+ * every connect, heartbeats, inbox dispatch, and reconnects with exponential backoff and jitter.
+ * Reports and durable requests go to the outbox first and leave it only when the control plane acks
+ * them; they are published in call order, after any replay of older entries.
+ */
+export class AgentSession extends EventEmitter<SessionEvents> {
+  readonly bootId: string;
+  private readonly opts: AgentSessionOptions;
+  private readonly logger: Logger;
+  private readonly waiters = new RequestWaiters();
+  private client: MqttClient | null = null;
+  /** True once subscriptions, birth, hello and replay of this connection are done. */
+  private ready = false;
+  private generation = 0;
+  private attempt = 0;
+  private failureLogged: 'auth' | 'network' | null = null;
+  private readonly sender: OutboxPublisher;
+  private timers: { heartbeat?: NodeJS.Timeout; resend?: NodeJS.Timeout; reconnect?: NodeJS.Timeout } = {};
+  private stopping: Promise<void> | null = null;
+
+  constructor(opts: AgentSessionOptions) {
+    super();
+    if (!AGENT_ID_RE.test(opts.name)) throw new Error(`invalid agent name ${JSON.stringify(opts.name)}`);
+    this.opts = opts;
+    this.bootId = opts.bootId ?? randomUUID();
+    this.logger = opts.logger.child({ component: 'session', agent: opts.name });
+    this.sender = new OutboxPublisher({
+      outbox: opts.outbox,
+      logger: this.logger,
+      publish: (topic, payload, key) =>
+        this.client?.publish(topic, payload, { qos: 1 }, (err) => {
+          if (err)
+            this.logger.debug({ key, err: err.message }, 'publish not acknowledged; stays in the outbox');
+        }),
+    });
+  }
+
+  get connected(): boolean {
+    return this.ready;
+  }
+
+  /** Begin connecting (and keep reconnecting); `connection` events report the state. */
+  start(): void {
+    if (this.client || this.stopping) throw new Error('AgentSession already started');
+    const { url, name, token } = this.opts;
+    const client = connect(url, {
+      clientId: name,
+      username: name,
+      password: token,
+      clean: false,
+      protocolVersion: 4,
+      keepalive: this.opts.keepaliveSec ?? DEFAULT_KEEPALIVE_SEC,
+      connectTimeout: 10_000,
+      // Reconnects are ours (backoff + jitter); mqtt.js would retry at a fixed period.
+      reconnectPeriod: 0,
+      resubscribe: false,
+      will: {
+        topic: this.topic('status'),
+        payload: Buffer.from(this.birthJson('offline')),
+        qos: 1,
+        retain: true,
+      },
+    });
+    this.client = client;
+    client.on('connect', () => void this.onConnect(client, ++this.generation));
+    client.on('close', () => this.onClose());
+    client.on('error', (err) => this.onError(err));
+    client.on('message', (topic, payload) => this.onMessage(topic, payload));
+    this.timers.heartbeat = setInterval(() => this.sendHeartbeat(), this.opts.heartbeatMs);
+    const resendMs = this.opts.resendAfterMs ?? DEFAULT_RESEND_AFTER_MS;
+    if (resendMs > 0) this.timers.resend = setInterval(() => this.resendStale(resendMs), resendMs);
+  }
+
+  /** Store a task report in the outbox and publish it; `ok: false` means it is not on disk (sent best-effort). */
+  publishReport(report: TaskReport): Promise<PutResult> {
+    const key = `${report.taskId}:${report.attempt}:${report.seq}`;
+    return this.sender.send(key, this.topic('events'), JSON.stringify(report));
+  }
+
+  /**
+   * Send a request. Durable ones (e.g. `watch.file`) survive outages in the outbox until their
+   * `request.result`; others (e.g. `claim`, retried on a timer anyway) fail fast while disconnected.
+   */
+  async request(req: AgentRequest, opts: { durable: boolean }): Promise<SendResult> {
+    const payload = JSON.stringify(req);
+    if (opts.durable) return this.sender.send(req.requestId, this.topic('requests'), payload);
+    if (!this.ready || !this.client) return { ok: false, error: 'not connected to the broker' };
+    this.client.publish(this.topic('requests'), payload, { qos: 1 });
+    return { ok: true };
+  }
+
+  /** Wait for the `request.result` / `claim.result` answering `requestId`. */
+  awaitResult(requestId: string, timeoutMs: number): Promise<AwaitResult> {
+    return this.waiters.wait(requestId, timeoutMs);
+  }
+
+  /** Republish the retained birth (e.g. after the transcoder probe) and refresh the Last Will. */
+  updateBirth(): void {
+    const client = this.client;
+    if (!client) return;
+    if (client.options.will) client.options.will.payload = Buffer.from(this.birthJson('offline'));
+    if (this.ready) client.publish(this.topic('status'), this.birthJson('online'), { qos: 1, retain: true });
+  }
+
+  /**
+   * Publish a retained `offline` birth and disconnect. `graceful` waits (bounded) for in-flight
+   * publishes; otherwise the socket is dropped at once. Idempotent.
+   */
+  stop(opts: { graceful: boolean } = { graceful: true }): Promise<void> {
+    if (!this.stopping) this.stopping = this.shutdown(opts.graceful);
+    return this.stopping;
+  }
+
+  private async shutdown(graceful: boolean): Promise<void> {
+    for (const t of Object.values(this.timers)) clearTimeout(t);
+    this.timers = {};
+    this.waiters.close();
+    const client = this.client;
+    if (!client) return;
+    const wasReady = this.ready;
+    this.ready = false;
+    this.sender.goOffline();
+    if (wasReady) {
+      const offline = client.publishAsync(this.topic('status'), this.birthJson('offline'), {
+        qos: 1,
+        retain: true,
+      });
+      await withTimeout(offline, STOP_FLUSH_TIMEOUT_MS);
+    }
+    await withTimeout(client.endAsync(!graceful || !client.connected), STOP_FLUSH_TIMEOUT_MS);
+    // A graceful end() still waiting for PUBACKs would hold the socket; a second end() is a no-op
+    // while the first is pending, so drop the socket directly.
+    if (!client.disconnected) client.stream?.destroy();
+    if (wasReady) this.emitSafely('connection', false);
+    this.logger.info({ graceful }, 'agent session stopped');
+  }
+
+  private async onConnect(client: MqttClient, generation: number): Promise<void> {
+    this.attempt = 0;
+    if (this.failureLogged) this.logger.info('connected to the broker again');
+    this.failureLogged = null;
+    try {
+      await client.subscribeAsync({
+        [this.topic('inbox')]: { qos: 1 },
+        [WORK_TOPIC]: { qos: 0 },
+        [RESYNC_TOPIC]: { qos: 1 },
+      });
+    } catch (err) {
+      if (!(err instanceof ErrorWithSubackPacket)) {
+        this.logger.warn({ err: (err as Error).message }, 'subscribe failed; will retry on reconnect');
+        return;
+      }
+      // Still worth going on: reports and requests flow even if the inbox cannot be received.
+      this.logger.error({ granted: err.packet.granted }, 'broker refused a subscription (check its ACL)');
+    }
+    if (generation !== this.generation || this.stopping) return;
+    // Birth, hello and replay are queued synchronously, so they leave in exactly this order.
+    this.announce(client);
+    const replayed = this.sender.goOnline();
+    this.ready = true;
+    this.logger.info({ url: this.opts.url, replayed }, 'connected to the broker');
+    this.emitSafely('connection', true);
+  }
+
+  /** Publish the retained `online` birth and a hello listing the running tasks. */
+  private announce(client: MqttClient): void {
+    client.publish(this.topic('status'), this.birthJson('online'), { qos: 1, retain: true });
+    const hello: AgentHello = {
+      bootId: this.bootId,
+      running: this.safely(this.opts.running, []),
+      ts: Date.now(),
+    };
+    client.publish(this.topic('hello'), JSON.stringify(hello), { qos: 1 });
+  }
+
+  private onClose(): void {
+    this.sender.goOffline();
+    if (this.ready) {
+      this.ready = false;
+      this.logger.warn('disconnected from the broker');
+      this.emitSafely('connection', false);
+    }
+    if (this.stopping || this.timers.reconnect) return;
+    const delay = computeBackoffMs(this.attempt++, this.opts.backoff ?? DEFAULT_BACKOFF);
+    this.timers.reconnect = setTimeout(() => {
+      this.timers.reconnect = undefined;
+      if (this.stopping || !this.client) return;
+      if (this.client.options.will) this.client.options.will.payload = Buffer.from(this.birthJson('offline'));
+      this.client.connect();
+    }, delay);
+  }
+
+  /** Log the first failure of a streak clearly, the rest at debug: no spam loop while a broker is down. */
+  private onError(err: Error): void {
+    const code = (err as ErrorWithReasonCode).code;
+    const kind = code === 4 || code === 5 ? 'auth' : 'network';
+    if (this.failureLogged === kind) {
+      this.logger.debug({ err: err.message }, 'broker connection failed again');
+      return;
+    }
+    this.failureLogged = kind;
+    if (kind === 'auth') {
+      this.logger.error(
+        { url: this.opts.url, code, err: err.message },
+        'broker refused this agent: check the agent name and token; retrying with backoff',
+      );
+    } else {
+      this.logger.warn({ url: this.opts.url, err: err.message }, 'broker unreachable; retrying with backoff');
+    }
+  }
+
+  private onMessage(topic: string, payload: Buffer): void {
+    if (topic === WORK_TOPIC) {
+      this.emitSafely('work');
+      return;
+    }
+    if (topic === RESYNC_TOPIC) {
+      if (this.ready && this.client) {
+        this.logger.info('control plane resubscribed: announcing again');
+        this.announce(this.client);
+        // Entries published within the last second most likely reached the new subscription already;
+        // duplicates would be harmless (seq dedup) but are noise.
+        this.resendStale(RESYNC_RESEND_OLDER_THAN_MS);
+        this.emitSafely('work');
+      }
+      return;
+    }
+    if (topic !== this.topic('inbox')) return;
+    const msg = parseMessage(InboxMessage, payload);
+    if (!msg) {
+      this.logger.warn({ topic, bytes: payload.length }, 'dropped malformed inbox message');
+      return;
+    }
+    if (msg.type === 'ack') this.sender.acknowledge(`${msg.taskId}:${msg.attempt}:${msg.seq}`);
+    if (msg.type === 'request.result') this.sender.acknowledge(msg.requestId);
+    if (msg.type === 'request.result' || msg.type === 'claim.result') this.waiters.deliver(msg);
+    this.emitSafely('inbox', msg);
+  }
+
+  private resendStale(olderThanMs: number): void {
+    const n = this.sender.resendStale(olderThanMs);
+    if (n) this.logger.info({ entries: n }, 'resent unacknowledged outbox entries');
+  }
+
+  private sendHeartbeat(): void {
+    if (!this.ready || !this.client) return;
+    const hb: AgentHeartbeat = {
+      bootId: this.bootId,
+      freeSlots: this.safely(this.opts.freeSlots, 0),
+      running: this.safely(this.opts.running, []),
+      ts: Date.now(),
+    };
+    this.client.publish(this.topic('heartbeat'), JSON.stringify(hb), { qos: 0 });
+  }
+
+  private birthJson(state: AgentBirth['state']): string {
+    const info = this.safely<BirthInfo | null>(this.opts.birth, null);
+    const birth = { ...info, name: this.opts.name, state, bootId: this.bootId, ts: Date.now() };
+    return JSON.stringify(birth);
+  }
+
+  private topic(kind: Parameters<typeof agentTopic>[1]): string {
+    return agentTopic(this.opts.name, kind);
+  }
+
+  /** Call a caller-supplied callback; a throw there must not break the session. */
+  private safely<T>(fn: () => T, fallback: T): T {
+    try {
+      return fn();
+    } catch (err) {
+      this.logger.error({ err: (err as Error).message }, 'session callback failed');
+      return fallback;
+    }
+  }
+
+  private emitSafely<K extends keyof SessionEvents>(event: K, ...args: SessionEvents[K]): void {
+    try {
+      (this.emit as (e: K, ...a: SessionEvents[K]) => boolean)(event, ...args);
+    } catch (err) {
+      this.logger.error({ event, err: (err as Error).message }, 'session listener failed');
+    }
+  }
+}
+
+function withTimeout<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<undefined>((resolve) => {
+    timer = setTimeout(() => resolve(undefined), ms);
+  });
+  return Promise.race([p.catch(() => undefined), timeout]).finally(() => clearTimeout(timer));
+}

@@ -1,0 +1,112 @@
+import type { Logger } from 'pino';
+import type { Outbox, PutResult } from '../outbox/outbox.ts';
+
+/** Publishes one message at QoS 1 on the current connection. */
+export type PublishFn = (topic: string, payload: string, key: string) => void;
+
+interface PendingSend {
+  key: string;
+  topic: string;
+  payload: string;
+  done: boolean;
+  stored: boolean;
+}
+
+/**
+ * Sends messages that must survive outages: each goes to the outbox first and is published once it
+ * is on disk, in the order `send` was called (the fsyncs run concurrently, so a later put can finish
+ * first and waits for its predecessors). Replays and resends follow outbox order, so the control
+ * plane sees each task's seqs in order. An entry leaves the outbox only through `acknowledge`.
+ */
+export class OutboxPublisher {
+  private readonly outbox: Outbox;
+  private readonly logger: Logger;
+  private readonly publish: PublishFn;
+  private readonly pending: PendingSend[] = [];
+  /** Keys still in `pending` (a count, since a key may be sent twice). */
+  private readonly pendingKeys = new Map<string, number>();
+  private readonly sentAt = new Map<string, number>();
+  private online = false;
+
+  constructor(opts: { outbox: Outbox; logger: Logger; publish: PublishFn }) {
+    this.outbox = opts.outbox;
+    this.logger = opts.logger;
+    this.publish = opts.publish;
+  }
+
+  /** Store and publish; `ok: false` means not on disk (then sent best-effort if online, else lost). */
+  async send(key: string, topic: string, payload: string): Promise<PutResult> {
+    const p: PendingSend = { key, topic, payload, done: false, stored: false };
+    this.pending.push(p);
+    this.pendingKeys.set(key, (this.pendingKeys.get(key) ?? 0) + 1);
+    let result: PutResult;
+    try {
+      result = await this.outbox.put(key, topic, payload);
+    } catch (err) {
+      result = { ok: false, error: (err as Error).message };
+    }
+    p.done = true;
+    p.stored = result.ok;
+    this.drain();
+    return result;
+  }
+
+  /**
+   * Mark the connection usable and replay every stored entry not already queued behind a pending
+   * put (those go out through the queue, in order). Returns how many were replayed.
+   */
+  goOnline(): number {
+    const n = this.replay((key) => !this.pendingKeys.has(key));
+    this.online = true;
+    this.drain();
+    return n;
+  }
+
+  goOffline(): void {
+    this.online = false;
+  }
+
+  /** Publish again what was sent more than `olderThanMs` ago and is still unacknowledged. */
+  resendStale(olderThanMs: number): number {
+    if (!this.online) return 0;
+    const cutoff = Date.now() - olderThanMs;
+    return this.replay((key) => !this.pendingKeys.has(key) && (this.sentAt.get(key) ?? 0) < cutoff);
+  }
+
+  /** The control plane has it: forget the entry. */
+  acknowledge(key: string): void {
+    this.sentAt.delete(key);
+    this.outbox
+      .ack(key)
+      .catch((err: Error) => this.logger.warn({ key, err: err.message }, 'outbox ack failed'));
+  }
+
+  /** Publish finished puts from the head of the queue, so they leave in call order. */
+  private drain(): void {
+    while (this.pending[0]?.done) {
+      const p = this.pending.shift()!;
+      const left = (this.pendingKeys.get(p.key) ?? 1) - 1;
+      if (left > 0) this.pendingKeys.set(p.key, left);
+      else this.pendingKeys.delete(p.key);
+      // Offline: a stored entry is replayed by goOnline; an unstored one cannot be.
+      if (!this.online) continue;
+      if (p.stored && !this.outbox.has(p.key)) continue;
+      this.emit(p.key, p.topic, p.payload);
+    }
+  }
+
+  private replay(include: (key: string) => boolean): number {
+    let n = 0;
+    for (const e of this.outbox.list()) {
+      if (!include(e.key)) continue;
+      this.emit(e.key, e.topic, e.payload);
+      n++;
+    }
+    return n;
+  }
+
+  private emit(key: string, topic: string, payload: string): void {
+    this.sentAt.set(key, Date.now());
+    this.publish(topic, payload, key);
+  }
+}

@@ -1,0 +1,212 @@
+import { appendFileSync, mkdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { WatchfolderFilter } from '@ffleet/shared';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import {
+  assignmentFor,
+  makeTempDir,
+  removeDir,
+  ScannerHarness,
+  sleep,
+  UNIT_MS,
+  waitFor,
+} from './test-harness.ts';
+
+let tmp: string;
+let root: string;
+let harnesses: ScannerHarness[] = [];
+beforeEach(() => {
+  tmp = makeTempDir();
+  root = join(tmp, 'watch');
+  mkdirSync(root);
+});
+afterEach(async () => {
+  await Promise.all(harnesses.map((h) => h.scanner.stop()));
+  harnesses = [];
+  removeDir(tmp);
+});
+
+function harness(...args: ConstructorParameters<typeof ScannerHarness>): ScannerHarness {
+  const h = new ScannerHarness(...args);
+  harnesses.push(h);
+  return h;
+}
+
+const put = (rel: string, content = 'x'): void => {
+  mkdirSync(join(root, rel, '..'), { recursive: true });
+  writeFileSync(join(root, rel), content);
+};
+
+describe('WatchScanner growth checks', () => {
+  it.each([1, 3])(
+    'submits a file written in chunks exactly growthChecks=%i scans after the scan that saw its last change',
+    async (growthChecks) => {
+      put('clip.mov', 'chunk0');
+      const h = harness(assignmentFor(root, { growthChecks }));
+      // Scan 1 sees the file; after scans 1..4 another chunk is appended, so scan 5 is the first to see
+      // the final size and the file is finished at scan 5 + growthChecks.
+      h.afterScan = (scan) => {
+        if (scan <= 4) appendFileSync(join(root, 'clip.mov'), `chunk${scan}`);
+      };
+      h.start();
+      await waitFor(() => h.submits.length === 1, 'the submit');
+      await h.scans(3);
+      expect(h.submits).toHaveLength(1);
+      expect(h.submits[0]).toMatchObject({
+        watchfolderId: 'wf-1',
+        relativePath: 'clip.mov',
+        absolutePath: join(root, 'clip.mov'),
+        size: 'chunk0chunk1chunk2chunk3chunk4'.length,
+        scan: 5 + growthChecks,
+      });
+    },
+  );
+
+  it('scans at the configured interval and reports lastCheck after every scan', async () => {
+    const h = harness(assignmentFor(root, { interval: 2 }), { clock: () => 1234 });
+    h.start();
+    await h.scans(4);
+    // Reports come at the end of a scan, so single gaps jitter with scan duration; three together cannot
+    // be shorter than three intervals minus one scan's duration.
+    expect(h.states[3]!.at - h.states[0]!.at).toBeGreaterThanOrEqual(3 * 2 * UNIT_MS - 50);
+    expect(h.states[0]).toEqual({ watchfolderId: 'wf-1', lastCheck: 1234, error: '', at: h.states[0]!.at });
+  });
+});
+
+describe('WatchScanner file selection', () => {
+  const cases: [string, WatchfolderFilter, string[]][] = [
+    ['include only', { extensions: { include: ['mov', 'mp4'] } }, ['a.mov', 'b.MOV', 'f.Mp4']],
+    ['exclude only', { extensions: { exclude: ['txt'] } }, ['a.mov', 'b.MOV', 'c.mxf', 'f.Mp4', 'noext']],
+    ['both, exclude first', { extensions: { include: ['mov', 'mxf'], exclude: ['MOV'] } }, ['c.mxf']],
+    ['case-insensitive include', { extensions: { include: ['MXF'] } }, ['c.mxf']],
+  ];
+  it.each(cases)('applies the filter: %s', async (_name, filter, expected) => {
+    for (const n of ['a.mov', 'b.MOV', 'c.mxf', 'd.txt', 'f.Mp4', 'noext']) put(n);
+    const h = harness(assignmentFor(root, { filter })).start();
+    await h.scans(3);
+    expect(h.submitted()).toEqual(expected);
+  });
+
+  it('walks subdirectories but skips hidden entries, lock files and symlinks', async () => {
+    const outside = join(tmp, 'outside');
+    mkdirSync(outside);
+    writeFileSync(join(outside, 'real.mov'), 'x');
+    put('top.mov');
+    put('show/reel 1/deep.mov');
+    put('.hidden.mov');
+    put('.cache/inner.mov');
+    put('stray.lock', '');
+    symlinkSync(join(outside, 'real.mov'), join(root, 'link.mov'));
+    symlinkSync(outside, join(root, 'linkdir'));
+    const h = harness(assignmentFor(root)).start();
+    await h.scans(3);
+    expect(h.submitted()).toEqual(['show/reel 1/deep.mov', 'top.mov']);
+    expect(h.submits.find((s) => s.relativePath === 'show/reel 1/deep.mov')?.absolutePath).toBe(
+      join(root, 'show/reel 1/deep.mov'),
+    );
+  });
+
+  it('works for a watchfolder that itself lives below a dot-directory', async () => {
+    const hiddenRoot = join(tmp, '.parent', 'watch');
+    mkdirSync(hiddenRoot, { recursive: true });
+    writeFileSync(join(hiddenRoot, 'a.mov'), 'x');
+    const h = harness(assignmentFor(hiddenRoot)).start();
+    await waitFor(() => h.submits.length === 1, 'the submit');
+    expect(h.submits[0]?.relativePath).toBe('a.mov');
+  });
+});
+
+describe('WatchScanner path problems', () => {
+  it('reports a missing path and recovers when the directory appears', async () => {
+    const later = join(tmp, 'later');
+    const h = harness(assignmentFor(later)).start();
+    await h.scans(1);
+    expect(h.lastError()).toBe(`watchfolder path does not exist: ${later}`);
+    mkdirSync(later);
+    writeFileSync(join(later, 'a.mov'), 'x');
+    await waitFor(() => h.submits.length === 1, 'the submit after recovery');
+    expect(h.lastError()).toBe('');
+  });
+
+  it('reports a path that is a file, and a directory removed while watched', async () => {
+    put('file.mov');
+    const h = harness(assignmentFor(join(root, 'file.mov'))).start();
+    await h.scans(1);
+    expect(h.lastError()).toBe(`watchfolder path is not a directory: ${join(root, 'file.mov')}`);
+    h.scanner.update(assignmentFor(join(root, 'sub')));
+    mkdirSync(join(root, 'sub'));
+    await waitFor(() => h.lastError() === '', 'a clean scan');
+    rmSync(join(root, 'sub'), { recursive: true });
+    await waitFor(() => h.lastError()?.includes('does not exist') === true, 'the error');
+  });
+});
+
+describe('WatchScanner lifecycle', () => {
+  it('suspends and resumes through update()', async () => {
+    put('first.mov');
+    const h = harness(assignmentFor(root)).start();
+    await waitFor(() => h.submits.length === 1, 'the first submit');
+    h.scanner.update(assignmentFor(root, { suspended: true }));
+    const reported = h.states.length;
+    put('second.mov');
+    await sleep(5 * UNIT_MS);
+    expect(h.states.length).toBeLessThanOrEqual(reported + 1); // at most a scan already under way
+    expect(h.submitted()).toEqual(['first.mov']);
+    h.scanner.update(assignmentFor(root, { suspended: false }));
+    await waitFor(() => h.submits.length === 2, 'the submit after resume');
+    expect(h.submitted()).toEqual(['first.mov', 'second.mov']);
+  });
+
+  it('does not scan an assignment that starts suspended', async () => {
+    put('a.mov');
+    const h = harness(assignmentFor(root, { suspended: true })).start();
+    await sleep(4 * UNIT_MS);
+    expect(h.states).toHaveLength(0);
+    expect(h.submits).toHaveLength(0);
+  });
+
+  it('applies a new interval at once', async () => {
+    const h = harness(assignmentFor(root, { interval: 50 })).start();
+    await h.scans(1);
+    const changedAt = performance.now();
+    h.scanner.update(assignmentFor(root, { interval: 1 }));
+    await h.scans(4);
+    // 4 scans at 100 ms instead of one every 5 s
+    expect(performance.now() - changedAt).toBeLessThan(2000);
+  });
+
+  it('moves to a new path, forgetting the old one', async () => {
+    const other = join(tmp, 'other');
+    mkdirSync(other);
+    writeFileSync(join(other, 'b.mov'), 'x');
+    put('a.mov');
+    const h = harness(assignmentFor(root, { growthChecks: 3 })).start();
+    await h.scans(1);
+    h.scanner.update(assignmentFor(other, { growthChecks: 3 }));
+    await waitFor(() => h.submits.length === 1, 'the submit from the new path');
+    await h.scans(4);
+    expect(h.submits.map((s) => s.absolutePath)).toEqual([join(other, 'b.mov')]);
+  });
+
+  it('ignores an update that changes nothing', async () => {
+    const h = harness(assignmentFor(root, { interval: 2 })).start();
+    await h.scans(1);
+    const before = h.states.length;
+    for (let i = 0; i < 5; i++) h.scanner.update(assignmentFor(root, { interval: 2, name: `renamed ${i}` }));
+    await sleep(UNIT_MS);
+    // a restart would have scanned at once
+    expect(h.states.length).toBe(before);
+  });
+
+  it('stops: no more scans or submits, and stop() is idempotent', async () => {
+    const h = harness(assignmentFor(root)).start();
+    await h.scans(1);
+    await h.scanner.stop();
+    await h.scanner.stop();
+    const reported = h.states.length;
+    put('late.mov');
+    await sleep(4 * UNIT_MS);
+    expect(h.states.length).toBe(reported);
+    expect(h.submits).toHaveLength(0);
+  });
+});

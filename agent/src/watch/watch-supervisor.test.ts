@@ -1,0 +1,116 @@
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import {
+  assignmentFor,
+  makeTempDir,
+  removeDir,
+  silentLogger,
+  sleep,
+  UNIT_MS,
+  waitFor,
+} from './test-harness.ts';
+import type { WatchFile, WatchState } from './watch-scanner.ts';
+import { WatchSupervisor } from './watch-supervisor.ts';
+
+let tmp: string;
+let dirA: string;
+let dirB: string;
+let submits: WatchFile[];
+let states: WatchState[];
+let supervisor: WatchSupervisor;
+
+beforeEach(() => {
+  tmp = makeTempDir();
+  dirA = join(tmp, 'a');
+  dirB = join(tmp, 'b');
+  mkdirSync(dirA);
+  mkdirSync(dirB);
+  submits = [];
+  states = [];
+  supervisor = new WatchSupervisor({
+    submit: async (f) => {
+      submits.push(f);
+      return { ok: true };
+    },
+    onState: (s) => states.push(s),
+    logger: silentLogger,
+    scanner: { intervalUnitMs: UNIT_MS, watcher: 'off' },
+  });
+});
+afterEach(async () => {
+  await supervisor.stopAll();
+  removeDir(tmp);
+});
+
+const wfA = assignmentFor('', { id: 'A' });
+const wfB = assignmentFor('', { id: 'B' });
+const scansOf = (id: string): number => states.filter((s) => s.watchfolderId === id).length;
+
+describe('WatchSupervisor', () => {
+  it('runs one scanner per assigned watchfolder, each submitting with its own id', async () => {
+    writeFileSync(join(dirA, 'a.mov'), 'x');
+    writeFileSync(join(dirB, 'b.mov'), 'x');
+    supervisor.apply([
+      { ...wfA, path: dirA },
+      { ...wfB, path: dirB },
+    ]);
+    await waitFor(() => submits.length === 2, 'both submits');
+    expect(submits.map((s) => [s.watchfolderId, s.relativePath]).sort()).toEqual([
+      ['A', 'a.mov'],
+      ['B', 'b.mov'],
+    ]);
+    expect(supervisor.list().sort()).toEqual(['A', 'B']);
+  });
+
+  it('keeps scanners running when the same list arrives again', async () => {
+    supervisor.apply([{ ...wfA, path: dirA, interval: 3 }]);
+    await waitFor(() => scansOf('A') === 1, 'the first scan');
+    for (let i = 0; i < 5; i++) supervisor.apply([{ ...wfA, path: dirA, interval: 3 }]);
+    await sleep(UNIT_MS);
+    // a restart would scan at once; an unchanged list must not
+    expect(scansOf('A')).toBe(1);
+  });
+
+  it('updates a scanner whose assignment changed and stops one that is no longer assigned', async () => {
+    supervisor.apply([
+      { ...wfA, path: dirA },
+      { ...wfB, path: dirB },
+    ]);
+    await waitFor(() => scansOf('A') > 0 && scansOf('B') > 0, 'first scans');
+    supervisor.apply([{ ...wfA, path: dirA, suspended: true }]);
+    expect(supervisor.list()).toEqual(['A']);
+    await sleep(UNIT_MS);
+    writeFileSync(join(dirA, 'a.mov'), 'x');
+    writeFileSync(join(dirB, 'b.mov'), 'x');
+    await sleep(4 * UNIT_MS);
+    expect(submits).toHaveLength(0);
+    supervisor.apply([{ ...wfA, path: dirA }]);
+    await waitFor(() => existsSync(join(dirA, 'a.mov.lock')), 'A to resume');
+    expect(submits.map((s) => s.relativePath)).toEqual(['a.mov']);
+  });
+
+  it('stops everything on stopAll and ignores later lists', async () => {
+    supervisor.apply([{ ...wfA, path: dirA }]);
+    await waitFor(() => scansOf('A') > 0, 'a scan');
+    await supervisor.stopAll();
+    await supervisor.stopAll();
+    supervisor.apply([{ ...wfA, path: dirA }]);
+    const reported = states.length;
+    writeFileSync(join(dirA, 'a.mov'), 'x');
+    await sleep(4 * UNIT_MS);
+    expect(states.length).toBe(reported);
+    expect(submits).toHaveLength(0);
+    expect(supervisor.list()).toEqual([]);
+  });
+
+  it('takes the last entry when an id appears twice', async () => {
+    writeFileSync(join(dirB, 'b.mov'), 'x');
+    supervisor.apply([
+      { ...wfA, path: dirA },
+      { ...wfA, path: dirB },
+    ]);
+    await waitFor(() => submits.length === 1, 'the submit');
+    expect(submits[0]?.absolutePath).toBe(join(dirB, 'b.mov'));
+  });
+});
