@@ -1,0 +1,203 @@
+// biome-ignore-all lint/suspicious/noTemplateCurlyInString: ${NAME} wildcards are literal request text.
+
+import { randomUUID } from 'node:crypto';
+import { Problem } from '@ffleet/shared';
+import { type SQL, sql } from 'drizzle-orm';
+import { expect } from 'vitest';
+import { createApp } from '../../control-plane/src/api/app.ts';
+import { createMetrics } from '../../control-plane/src/api/metrics.ts';
+import type { Database } from '../../control-plane/src/db/client.ts';
+import { agents } from '../../control-plane/src/db/schema.ts';
+import type { FleetHooks } from '../../control-plane/src/services/context.ts';
+import { VERSION } from '../../control-plane/src/version.ts';
+import type { TestApp } from '../helpers/app.ts';
+import { testRedeliver } from '../helpers/app.ts';
+
+/** Every table the API writes; hostile and failure tests assert none of them changed. */
+export const WRITTEN_TABLES = [
+  'tasks',
+  'batches',
+  'presets',
+  'watchfolders',
+  'webhooks',
+  'events',
+  'deliveries',
+  'idempotency_keys',
+  'agents',
+  'task_logs',
+] as const;
+export type TableName = (typeof WRITTEN_TABLES)[number];
+
+/** Rows of a raw query, whatever the driver. */
+export const query = <T = Record<string, unknown>>(db: Database, q: SQL): Promise<T[]> =>
+  db.rows<T>(db.db, q);
+
+/** Row count of every table the API writes. */
+export async function countRows(db: Database): Promise<Record<TableName, number>> {
+  const out = {} as Record<TableName, number>;
+  for (const t of WRITTEN_TABLES) {
+    const [r] = await query<{ n: number }>(db, sql.raw(`select count(*)::int as n from ${t}`));
+    out[t] = Number(r?.n ?? 0);
+  }
+  return out;
+}
+
+/** The events table's rows of one event name, oldest first. */
+export async function eventRows(db: Database, event?: string) {
+  const rows = await query<{ id: string; event: string; payload: { data: Record<string, unknown> } }>(
+    db,
+    event
+      ? sql`select id, event, payload from events where event = ${event} order by created_at, id`
+      : sql`select id, event, payload from events order by created_at, id`,
+  );
+  return rows.map((r) => ({
+    ...r,
+    payload: typeof r.payload === 'string' ? JSON.parse(r.payload) : r.payload,
+  }));
+}
+
+/** Deliveries written for one event id. */
+export const deliveryRows = (db: Database, eventId: string) =>
+  query<{ event: string; url: string; source: string; webhook_id: string | null; task_id: string | null }>(
+    db,
+    sql`select event, url, source, webhook_id, task_id from deliveries where event_id = ${eventId} order by url`,
+  );
+
+/**
+ * Assert an RFC 9457 problem response with the given status (and code), returning the body. Every
+ * error of the API must look like this, so the tests call it for every 4xx.
+ */
+export async function expectProblem(res: Response, status: number, code?: string): Promise<Problem> {
+  const text = await res.text();
+  expect(res.status, text).toBe(status);
+  expect(res.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+  const body = JSON.parse(text) as Problem;
+  expect(Problem.safeParse(body).success, text).toBe(true);
+  expect(body.status).toBe(status);
+  expect(body.title).not.toBe('');
+  expect(body.detail).not.toBe('');
+  if (code) expect(body.code).toBe(code);
+  return body;
+}
+
+/** Distinct paths named by a 422's `errors`, in order (one field may break several rules). */
+export const errorPaths = (p: Problem): string[] => [...new Set((p.errors ?? []).map((e) => e.path))];
+
+/** A JSON body plus the `X-Total` header of a list response. */
+export async function readList<T = Record<string, unknown>>(
+  res: Response,
+): Promise<{ items: T[]; total: number }> {
+  expect(res.status, await res.clone().text()).toBe(200);
+  const total = res.headers.get('x-total');
+  expect(total).not.toBeNull();
+  return { items: (await res.json()) as T[], total: Number(total) };
+}
+
+/** Read a 2xx JSON body, failing with the body text otherwise. */
+// biome-ignore lint/suspicious/noExplicitAny: response bodies are checked by assertions, not types.
+export async function json<T = Record<string, any>>(res: Response, status = 200): Promise<T> {
+  const text = await res.text();
+  expect(res.status, text).toBe(status);
+  return JSON.parse(text) as T;
+}
+
+/** Insert an agent row directly (agents register over MQTT, which these HTTP tests do not run). */
+export async function insertAgent(db: Database, over: Partial<typeof agents.$inferInsert> = {}) {
+  const now = Date.now();
+  const [row] = await db.db
+    .insert(agents)
+    .values({
+      id: randomUUID(),
+      name: `agent-${randomUUID().slice(0, 8)}`,
+      online: false,
+      version: '0.1.0',
+      hostname: 'host-a',
+      os: 'linux',
+      arch: 'x64',
+      transcoder: { path: '/usr/bin/ffmpeg', version: '5.1' },
+      encoders: ['libx264'],
+      hwaccels: [],
+      reportedLabels: ['cpu'],
+      reportedSlots: 2,
+      lastSeen: now,
+      connectedAt: now,
+      createdAt: now,
+      ...over,
+    })
+    .returning();
+  return row!;
+}
+
+/** Fleet hooks that record their calls (the scheduler is not part of these tests). */
+export function recordingFleet() {
+  const calls = {
+    cancelRunning: [] as string[],
+    workAvailable: 0,
+    watchfoldersChanged: 0,
+    agentChanged: [] as string[],
+  };
+  const fleet: FleetHooks = {
+    cancelRunning: (t) => calls.cancelRunning.push(t.id),
+    workAvailable: () => {
+      calls.workAvailable++;
+    },
+    watchfoldersChanged: () => {
+      calls.watchfoldersChanged++;
+    },
+    agentChanged: (id) => calls.agentChanged.push(id),
+  };
+  return { fleet, calls };
+}
+
+/** Valid request bodies, one per create schema. */
+export const VALID = {
+  task: () => ({
+    command: '-i ${INPUT_FILE} -c:v libx264 ${OUTPUT_FILE}',
+    inputFile: '/media/in/clip.mov',
+    outputFile: '/media/out/clip.mp4',
+  }),
+  preset: () => ({
+    name: `preset-${randomUUID().slice(0, 8)}`,
+    command: '-i ${INPUT_FILE} -c copy ${OUTPUT_FILE}',
+  }),
+  watchfolder: (preset: string) => ({
+    name: `wf-${randomUUID().slice(0, 8)}`,
+    interval: 5,
+    growthChecks: 3,
+    preset,
+    path: '/srv/watch/in',
+  }),
+  webhook: () => ({ event: 'task.created', url: 'http://127.0.0.1:9/hook' }),
+};
+
+export const UUID_RE = /[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/i;
+export const UNKNOWN_ID = '00000000-0000-4000-8000-000000000000';
+
+/**
+ * Another app over the same database and services (e.g. with API tokens or another client address):
+ * building an app is cheap, a fresh database is not.
+ */
+export function appVariant(
+  t: TestApp,
+  opts: { apiTokens?: string[]; remote?: () => string; bodyLimit?: number },
+) {
+  const app = createApp({
+    ctx: t.ctx,
+    bus: t.bus,
+    metrics: createMetrics(t.db),
+    version: VERSION,
+    apiTokens: opts.apiTokens ?? [],
+    bodyLimit: opts.bodyLimit ?? 1024 * 1024,
+    redeliver: testRedeliver(t.db),
+    remoteAddress: opts.remote ?? (() => '127.0.0.1'),
+  });
+  const call = (method: string, path: string, body?: unknown, headers: Record<string, string> = {}) =>
+    Promise.resolve(
+      app.request(path, {
+        method,
+        headers: body === undefined ? headers : { 'Content-Type': 'application/json', ...headers },
+        body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
+      }),
+    );
+  return { app, call };
+}

@@ -1,0 +1,186 @@
+/**
+ * bench:fleet (b) and (d): 200 short transcodes through ffleet with 2 agents × 1 slot against the same
+ * ffmpeg commands run directly with `xargs -P 2` (direct, ffleet, direct again in one run; the ratio
+ * is against the mean of both direct runs because the machine's load drifts), and the agents'
+ * resident memory at idle, 5 s after they came online.
+ */
+import { spawn, spawnSync } from 'node:child_process';
+import { copyFileSync, mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import {
+  type ControlPlane,
+  percentile,
+  postJson,
+  sleep,
+  startAgent,
+  stopProcess,
+  waitForAgents,
+  wallMs,
+} from './bench-cluster.ts';
+import { rssMb } from './harness.ts';
+import { SseClient } from './sse-client.ts';
+
+const FFMPEG = '/usr/bin/ffmpeg';
+/** Same prefix the agent's runner puts in front of every transcoder call (run-transcode.ts). */
+const PREFIX = ['-nostdin', '-progress', 'pipe:1', '-nostats'];
+/** The user part of each command: {in} and {out} are the per-file paths. */
+const TRANSCODE = ['-y', '-i', '{in}', '-c:v', 'libx264', '-preset', 'ultrafast', '{out}'];
+const RUN_TIMEOUT_MS = 300_000;
+const IDLE_RSS_AFTER_MS = 5_000;
+const WARMUP = 4;
+
+export type ThroughputResult = {
+  count: number;
+  directS: [number, number];
+  ffleetS: number;
+  ratio: number;
+  /** Per task: agent busy time (claim → finish) summed, vs 2 × wall. */
+  idlePerTaskMs: number;
+  /** Per agent: a task's DONE (seen on SSE) → that agent's next claim; p50 / p95 / count over 500 ms. */
+  gapP50: number;
+  gapP95: number;
+  gapsOver500: number;
+  agentIdleRssMb: number;
+  agentRssAfterMb: number;
+};
+
+function makeClips(dir: string, count: number): void {
+  mkdirSync(dir, { recursive: true });
+  const first = join(dir, 'clip-0.mp4');
+  const r = spawnSync(FFMPEG, [
+    '-v',
+    'error',
+    '-y',
+    '-f',
+    'lavfi',
+    '-i',
+    'testsrc=size=320x240:rate=25:duration=0.5',
+    '-c:v',
+    'libx264',
+    '-preset',
+    'ultrafast',
+    '-pix_fmt',
+    'yuv420p',
+    first,
+  ]);
+  if (r.status !== 0) throw new Error(`ffmpeg could not generate the clip: ${r.stderr}`);
+  for (let i = 1; i < count; i++) copyFileSync(first, join(dir, `clip-${i}.mp4`));
+}
+
+/** Run the commands with `xargs -P 2` (no shell per command); returns wall seconds. */
+async function runDirect(inDir: string, outDir: string, ids: number[]): Promise<number> {
+  mkdirSync(outDir, { recursive: true });
+  const args = TRANSCODE.map((a) =>
+    a === '{in}' ? join(inDir, 'clip-{}.mp4') : a === '{out}' ? join(outDir, 'clip-{}.mp4') : a,
+  );
+  const t0 = performance.now();
+  const c = spawn('xargs', ['-P', '2', '-I{}', FFMPEG, ...PREFIX, ...args], {
+    stdio: ['pipe', 'ignore', 'ignore'],
+  });
+  c.stdin.end(ids.map((i) => `${i}\n`).join(''));
+  const timer = setTimeout(() => c.kill('SIGKILL'), RUN_TIMEOUT_MS);
+  const code = await new Promise<number | null>((r) => c.once('exit', r));
+  clearTimeout(timer);
+  if (code !== 0) throw new Error(`xargs ffmpeg exited ${code}`);
+  return (performance.now() - t0) / 1000;
+}
+
+type Done = { status: string; agent: string; startedAt: number; finishedAt: number };
+
+/** Idle gaps of each agent between finishing one task and being handed the next. */
+function agentGaps(tasks: Done[]): number[] {
+  const byAgent = new Map<string, Done[]>();
+  for (const t of tasks) byAgent.set(t.agent, [...(byAgent.get(t.agent) ?? []), t]);
+  const gaps: number[] = [];
+  for (const list of byAgent.values()) {
+    list.sort((a, b) => a.startedAt - b.startedAt);
+    for (let i = 1; i < list.length; i++) gaps.push(list[i]!.startedAt - list[i - 1]!.finishedAt);
+  }
+  return gaps;
+}
+
+/** Enqueue one batch and wait until every task ended; returns wall seconds and the tasks' busy ms. */
+async function runFfleet(
+  cp: ControlPlane,
+  done: Map<string, Done>,
+  inDir: string,
+  outDir: string,
+  ids: number[],
+) {
+  // ffleet wildcards, not template literals.
+  // biome-ignore lint/suspicious/noTemplateCurlyInString: ffleet wildcard
+  const [input, output] = ['${INPUT_FILE}', '${OUTPUT_FILE}'];
+  const command = TRANSCODE.map((a) => (a === '{in}' ? input : a === '{out}' ? output : a)).join(' ');
+  const t0 = wallMs();
+  const batch = await postJson<{ id: string; tasks: string[] }>(`${cp.api}/batches`, {
+    tasks: ids.map((i) => ({
+      command,
+      inputFile: join(inDir, `clip-${i}.mp4`),
+      outputFile: join(outDir, `clip-${i}.mp4`),
+    })),
+  });
+  const taskIds = batch.tasks;
+  if (taskIds.length !== ids.length)
+    throw new Error(`batch returned ${taskIds.length} tasks, expected ${ids.length}`);
+  const deadline = Date.now() + RUN_TIMEOUT_MS;
+  while (!taskIds.every((id) => done.has(id))) {
+    if (Date.now() > deadline) throw new Error('ffleet run did not finish in time');
+    await sleep(5);
+  }
+  const last = Math.max(...taskIds.map((id) => done.get(id)!.finishedAt));
+  const failed = taskIds.filter((id) => done.get(id)!.status !== 'DONE_SUCCESSFUL');
+  if (failed.length) throw new Error(`${failed.length} ffleet tasks did not succeed`);
+  const busy = taskIds.reduce((s, id) => s + done.get(id)!.finishedAt - done.get(id)!.startedAt, 0);
+  const gaps = agentGaps(taskIds.map((id) => done.get(id)!));
+  return { seconds: (Math.max(last, wallMs()) - t0) / 1000, busyMs: busy, gaps };
+}
+
+export async function benchThroughput(cp: ControlPlane, count: number): Promise<ThroughputResult> {
+  const inDir = join(cp.dir, 'media', 'in');
+  makeClips(inDir, count + WARMUP);
+  const names = ['tp-1', 'tp-2'];
+  const agents = names.map((n) => startAgent(cp, n, { FFLEET_TRANSCODER: FFMPEG, FFLEET_AGENT_SLOTS: '1' }));
+  const done = new Map<string, Done>();
+  const sse = new SseClient(`${cp.api}/events?events=task.updated`, (e) => {
+    const d = e.data.data as {
+      taskId: string;
+      status: string;
+      task: { startedAt: number; agent: { name: string } | null };
+    };
+    if (d.status.startsWith('DONE_'))
+      done.set(d.taskId, {
+        status: d.status,
+        agent: d.task.agent?.name ?? '',
+        startedAt: d.task.startedAt,
+        finishedAt: e.receivedAt,
+      });
+  });
+  try {
+    await waitForAgents(cp, names);
+    await sse.start();
+    await sleep(IDLE_RSS_AFTER_MS);
+    const agentIdleRssMb = Math.max(...agents.map((a) => rssMb(a.pid!)));
+    const warm = Array.from({ length: WARMUP }, (_, i) => count + i);
+    await runDirect(inDir, join(cp.dir, 'media', 'warm-direct'), warm);
+    await runFfleet(cp, done, inDir, join(cp.dir, 'media', 'warm-ffleet'), warm);
+    const ids = Array.from({ length: count }, (_, i) => i);
+    const d1 = await runDirect(inDir, join(cp.dir, 'media', 'direct-1'), ids);
+    const f = await runFfleet(cp, done, inDir, join(cp.dir, 'media', 'ffleet'), ids);
+    const d2 = await runDirect(inDir, join(cp.dir, 'media', 'direct-2'), ids);
+    return {
+      count,
+      directS: [d1, d2],
+      ffleetS: f.seconds,
+      ratio: f.seconds / ((d1 + d2) / 2),
+      idlePerTaskMs: (2 * f.seconds * 1000 - f.busyMs) / count,
+      gapP50: percentile(f.gaps, 50),
+      gapP95: percentile(f.gaps, 95),
+      gapsOver500: f.gaps.filter((g) => g > 500).length,
+      agentIdleRssMb,
+      agentRssAfterMb: Math.max(...agents.map((a) => rssMb(a.pid!))),
+    };
+  } finally {
+    await sse.stop();
+    await Promise.all(agents.map((a) => stopProcess(a)));
+  }
+}

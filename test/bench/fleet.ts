@@ -1,0 +1,140 @@
+// npm run bench:fleet — numbers, not a test: prints a table (targets from the issue), exits 0 unless a
+// part could not run. BENCH_PARTS=a,b,c,d picks parts; sizes: BENCH_DISPATCH, BENCH_TRANSCODES,
+// BENCH_SIM_AGENTS, BENCH_SIM_TASKS, BENCH_SIM_WINDOW_MS.
+import { cpus } from 'node:os';
+import { postgresAvailable } from '../helpers/db.ts';
+import { cleanUpNow, describeLoad, startControlPlane } from './bench-cluster.ts';
+import { benchDispatch, type DispatchResult } from './fleet-dispatch.ts';
+import { benchSimAgents, type SimResult } from './fleet-sim.ts';
+import { benchThroughput, type ThroughputResult } from './fleet-throughput.ts';
+
+const PARTS = new Set((process.env.BENCH_PARTS ?? 'a,b,c,d').split(','));
+const DISPATCH = Number(process.env.BENCH_DISPATCH ?? 200);
+const TRANSCODES = Number(process.env.BENCH_TRANSCODES ?? 200);
+const SIM_AGENTS = Number(process.env.BENCH_SIM_AGENTS ?? 500);
+const SIM_TASKS = Number(process.env.BENCH_SIM_TASKS ?? 8000);
+const SIM_WINDOW_MS = Number(process.env.BENCH_SIM_WINDOW_MS ?? 20_000);
+/** Part (c) runs on each of these backends (postgres only when the test server answers). */
+const SIM_DBS = (process.env.BENCH_SIM_DB ?? 'pglite,postgres').split(',') as ('pglite' | 'postgres')[];
+const CPUS = cpus().length;
+
+type Row = { metric: string; value: string; target: string; ok: boolean | null };
+const rows: Row[] = [];
+const row = (metric: string, value: string, target = '', ok: boolean | null = null) =>
+  rows.push({ metric, value, target, ok });
+const ms = (n: number) => `${n.toFixed(1)} ms`;
+
+function dispatchRows(d: DispatchResult): void {
+  row(`(a) dispatch p50 (${d.count} tasks)`, ms(d.p50), '≤ 25 ms', d.p50 <= 25);
+  row('(a) dispatch p95', ms(d.p95), '≤ 100 ms', d.p95 <= 100);
+  row('(a) dispatch max / >1 s', `${ms(d.max)} / ${d.slow}`);
+  row('(a) of which POST → 201', ms(d.postP50));
+  row('(a) of which POST → claim seen on SSE', ms(d.claimedP50));
+  row('(a) of which wrapper start (bash)', ms(d.wrapperP50));
+  row('(a) CPU per task: control plane / agent', `${ms(d.cpCpuMs)} / ${ms(d.agentCpuMs)}`);
+}
+
+function throughputRows(t: ThroughputResult): void {
+  row(
+    `(b) ${t.count} transcodes direct xargs -P 2`,
+    `${t.directS[0].toFixed(2)} s, ${t.directS[1].toFixed(2)} s`,
+  );
+  row('(b) same through ffleet (2 agents × 1)', `${t.ffleetS.toFixed(2)} s`);
+  row('(b) ratio ffleet / direct (mean)', t.ratio.toFixed(3), '≤ 1.10', t.ratio <= 1.1);
+  row('(b) agent idle time per task', ms(t.idlePerTaskMs));
+  row('(b) DONE → next claim p50 / p95 / >500 ms', `${ms(t.gapP50)} / ${ms(t.gapP95)} / ${t.gapsOver500}`);
+  row(
+    '(d) agent RSS idle (5 s after online)',
+    `${t.agentIdleRssMb.toFixed(1)} MB`,
+    '≤ 80 MB',
+    t.agentIdleRssMb <= 80,
+  );
+  row(`(d) agent RSS after ${t.count / 2} transcodes each`, `${t.agentRssAfterMb.toFixed(1)} MB`);
+}
+
+function simRows(s: SimResult, db: string): void {
+  const c = `(c) ${db}:`;
+  row(
+    `${c} ${s.agents} sim agents, cycles/s`,
+    `${s.cyclesPerS.toFixed(1)} (${s.cycles} in ${s.windowS.toFixed(1)} s)`,
+    '≥ 300',
+    s.cyclesPerS >= 300,
+  );
+  row(`${c} control plane RSS idle / peak`, `${s.cpRssIdleMb.toFixed(0)} / ${s.cpRssPeakMb.toFixed(0)} MB`);
+  row(`${c} CPU per cycle: control plane / sims`, `${ms(s.cpCpuPerCycleMs)} / ${ms(s.simCpuPerCycleMs)}`);
+  row(`${c} claim → result p50 / p95`, `${ms(s.claimP50)} / ${ms(s.claimP95)}`);
+  row(`${c} DONE → ack p50 / p95`, `${ms(s.ackP50)} / ${ms(s.ackP95)}`);
+  row(
+    `${c} connect + all online / first ${s.agents} cycles`,
+    `${s.connectS.toFixed(1)} s / ${s.warmupS.toFixed(1)} s`,
+  );
+  if (s.errors.length) {
+    row(`${c} errors seen by the sims`, `${s.errorCount} (first: ${s.errors[0]!.slice(0, 90)})`);
+  }
+}
+
+function printTable(): void {
+  const w0 = Math.max(...rows.map((r) => r.metric.length));
+  const w1 = Math.max(...rows.map((r) => r.value.length));
+  for (const r of rows) {
+    const verdict = r.ok === null ? '' : r.ok ? 'ok' : 'MISSED';
+    console.log(`${r.metric.padEnd(w0)}  ${r.value.padEnd(w1)}  ${r.target.padEnd(9)} ${verdict}`);
+  }
+}
+
+let failed = false;
+try {
+  console.log(`bench:fleet on ${CPUS} CPUs, load ${describeLoad(CPUS)}`);
+  if (PARTS.has('a')) {
+    const cp = await startControlPlane();
+    try {
+      console.log(`-- (a) dispatch latency, ${DISPATCH} tasks one at a time`);
+      dispatchRows(await benchDispatch(cp, DISPATCH));
+    } finally {
+      await cp.stop();
+    }
+  }
+  if (PARTS.has('b') || PARTS.has('d')) {
+    const cp = await startControlPlane();
+    try {
+      console.log(
+        `-- (b)+(d) ${TRANSCODES} transcodes, 2 agents × 1 slot vs xargs -P 2 (load ${describeLoad(CPUS)})`,
+      );
+      throughputRows(await benchThroughput(cp, TRANSCODES));
+    } finally {
+      await cp.stop();
+    }
+  }
+  if (PARTS.has('c')) {
+    for (const db of SIM_DBS) {
+      if (db === 'postgres' && !(await postgresAvailable())) {
+        row('(c) on postgres', 'skipped: test server not reachable');
+        continue;
+      }
+      const cp = await startControlPlane({}, db);
+      try {
+        console.log(
+          `-- (c) ${SIM_AGENTS} simulated agents on ${db}, ${SIM_TASKS} no-op tasks (load ${describeLoad(CPUS)})`,
+        );
+        const r = await benchSimAgents(cp, {
+          agents: SIM_AGENTS,
+          tasks: SIM_TASKS,
+          warmupCycles: SIM_AGENTS,
+          warmupMaxMs: 120_000,
+          windowMs: SIM_WINDOW_MS,
+        });
+        simRows(r, db);
+      } finally {
+        await cp.stop();
+      }
+    }
+  }
+} catch (err) {
+  failed = true;
+  console.error('bench:fleet failed:', err);
+} finally {
+  cleanUpNow();
+}
+console.log(`\nload average at the end: ${describeLoad(CPUS)}`);
+printTable();
+process.exit(failed ? 1 : 0);

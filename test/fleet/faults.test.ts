@@ -1,0 +1,186 @@
+/**
+ * Agent faults: agents killed, frozen, signalled or refused while they run tasks. Agents are child
+ * processes so they can really die; the control plane runs in-process (restarts: restarts.test.ts).
+ */
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import {
+  CLUSTER_START_TIMEOUT_MS,
+  makeTestVideo,
+  processesMatching,
+  TestCluster,
+  waitFor,
+} from '../helpers/cluster.ts';
+import { ENCODE, isEncoding, isTranscoder, md5, REALTIME, referenceEncode } from './support/fixtures.ts';
+
+describe('agent faults', () => {
+  let c: TestCluster;
+  let clip16: string;
+  let clip4: string;
+  /** md5 of each clip's undisturbed encode: a result touched by a stale agent would differ. */
+  const reference: Record<string, string> = {};
+
+  beforeAll(async () => {
+    c = await TestCluster.start();
+    [clip4, clip16] = await Promise.all([
+      makeTestVideo(c.dir, 'media/clip4.mp4', 4),
+      makeTestVideo(c.dir, 'media/clip16.mp4', 16),
+    ]);
+    for (const clip of [clip4, clip16]) reference[clip] = referenceEncode(clip, `${clip}.reference.mp4`);
+  }, CLUSTER_START_TIMEOUT_MS);
+
+  afterAll(async () => {
+    await c?.stop();
+  }, 60_000);
+
+  afterEach(async (ctx) => {
+    if (ctx.task.result?.state === 'fail') console.error(c.controlPlaneLog().slice(-6000), c.agentOutputs());
+    await c.stopAgents();
+  }, 30_000);
+
+  const out = (name: string) => join(c.dir, 'out', name);
+
+  /** Two fresh agents; resolves with [the one running `taskId`, the other]. */
+  async function twoAgentsAndRunner(
+    prefix: string,
+    taskBody: Record<string, unknown>,
+    env?: Record<string, string>,
+  ) {
+    const agents = await Promise.all([
+      c.startAgent({ name: `${prefix}-a`, env }),
+      c.startAgent({ name: `${prefix}-b`, env }),
+    ]);
+    const task = await c.api.createTask(taskBody);
+    const started = await c.api.waitForTask(task.id, isEncoding, 30_000);
+    const runner = agents.find((a) => a.label === started.agent?.name)!;
+    const other = agents.find((a) => a !== runner)!;
+    expect(runner).toBeDefined();
+    return { task: started, runner, other };
+  }
+
+  it('requeues the task of a SIGKILLed agent after its lease and completes it on another agent', async () => {
+    const target = out('sigkill.mp4');
+    const { task, runner, other } = await twoAgentsAndRunner('kill', {
+      command: REALTIME,
+      inputFile: clip4,
+      outputFile: target,
+    });
+    expect(task.attempt).toBe(1);
+    const killedAt = Date.now();
+    await runner.terminate('SIGKILL');
+
+    const requeued = await c.api.waitForTask(task.id, (t) => t.attempt === 2, 30_000);
+    // Not before the lease ran out (the lease is renewed until the kill).
+    expect(Date.now() - killedAt).toBeGreaterThanOrEqual(c.leaseTtlMs - 500);
+    expect(requeued.agent?.name).toBe(other.label);
+    const done = await c.api.waitForTask(task.id, undefined, 60_000);
+    expect(done).toMatchObject({
+      status: 'DONE_SUCCESSFUL',
+      attempt: 2,
+      agent: { name: other.label },
+      progress: 100,
+    });
+    expect(md5(target)).toBe(reference[clip4]);
+    expect(processesMatching(target)).toEqual([]);
+  }, 120_000);
+
+  it('fences out an agent frozen past its lease: its late reports are rejected and its transcoder killed', async () => {
+    const target = out('frozen.mp4');
+    const { task, runner, other } = await twoAgentsAndRunner(
+      'stop',
+      { command: REALTIME, inputFile: clip16, outputFile: target },
+      { LOG_LEVEL: 'info' },
+    );
+    const tree = runner.freeze();
+    const staleTranscoders = tree.filter(isTranscoder);
+    expect(staleTranscoders.length).toBe(1);
+
+    const moved = await c.api.waitForTask(task.id, (t) => t.attempt === 2 && isEncoding(t), 30_000);
+    expect(moved.agent?.name).toBe(other.label);
+    runner.thaw(tree);
+    const thawedAt = Date.now();
+    // On its own it would run ~8 s more (-re catches up the frozen seconds, then reads in real time):
+    // gone within 5 s means the agent was told to stop and killed it.
+    await waitFor(() => staleTranscoders.every((p) => !isTranscoder(p)), 5_000, 'stale transcoder killed');
+    expect(Date.now() - thawedAt).toBeLessThan(5_000);
+    // Told by the control plane, which fenced its reports out (stale lease), not canceled by a user.
+    await runner.waitForOutput(
+      /"reason":"(lease lost|attempt 1 is no longer current)[^"]*","msg":"cancel"/,
+      5_000,
+    );
+
+    const done = await c.api.waitForTask(task.id, undefined, 60_000);
+    expect(done).toMatchObject({
+      status: 'DONE_SUCCESSFUL',
+      attempt: 2,
+      agent: { name: other.label },
+      error: '',
+    });
+    // The fenced-out agent must neither remove nor write into the current attempt's output.
+    expect(existsSync(target)).toBe(true);
+    expect(md5(target)).toBe(reference[clip16]);
+    // The stale agent keeps running (it only lost that task) and leaves nothing behind.
+    expect(runner.running).toBe(true);
+    expect(processesMatching(target)).toEqual([]);
+  }, 150_000);
+
+  it('lets an agent SIGTERMed once finish its running task before it exits, claiming nothing new', async () => {
+    // A free slot while it drains: only the drain itself keeps it from claiming the later task.
+    const agent = await c.startAgent({ name: 'drain', slots: 2, env: { LOG_LEVEL: 'info' } });
+    const target = out('drain.mp4');
+    const task = await c.api.createTask({ command: REALTIME, inputFile: clip4, outputFile: target });
+    await c.api.waitForTask(task.id, isEncoding, 30_000);
+    agent.signal('SIGTERM');
+    await agent.waitForOutput(/running tasks finish first/, 10_000);
+    const later = await c.api.createTask({
+      command: ENCODE,
+      inputFile: clip4,
+      outputFile: out('drain-later.mp4'),
+    });
+
+    const exit = await agent.exited;
+    expect(exit).toEqual({ code: 0, signal: null });
+    // Its result was delivered before it left (not parked in its outbox).
+    const done = await c.api.getTask(task.id);
+    expect(done).toMatchObject({ status: 'DONE_SUCCESSFUL', attempt: 1, agent: { name: agent.label } });
+    expect(md5(target)).toBe(reference[clip4]);
+    expect((await c.api.getTask(later.id)).status).toBe('QUEUED');
+    expect((await c.api.getAgent(agent.label))?.status).toBe('offline');
+    await c.api.patch(`/api/v1/tasks/${later.id}/cancel`);
+  }, 120_000);
+
+  it('hands the running task back when an agent is SIGTERMed twice; another agent completes it', async () => {
+    const target = out('handback.mp4');
+    const { task, runner, other } = await twoAgentsAndRunner('hand', {
+      command: REALTIME,
+      inputFile: clip4,
+      outputFile: target,
+    });
+    runner.signal('SIGTERM');
+    await new Promise((r) => setTimeout(r, 300));
+    runner.signal('SIGTERM');
+    const exit = await runner.exited;
+    expect(exit.code).toBe(0);
+    // Handed back (not failed): the other agent runs it as the next attempt.
+    const moved = await c.api.waitForTask(task.id, (t) => t.attempt === 2, 30_000);
+    expect(moved.agent?.name).toBe(other.label);
+    const done = await c.api.waitForTask(task.id, undefined, 60_000);
+    expect(done).toMatchObject({ status: 'DONE_SUCCESSFUL', attempt: 2, agent: { name: other.label } });
+    expect(md5(target)).toBe(reference[clip4]);
+    expect(processesMatching(target)).toEqual([]);
+  }, 120_000);
+
+  it.skipIf(Boolean(process.env.MQTT_URL))(
+    'refuses an agent with a wrong token: it logs the refusal and never appears',
+    async () => {
+      const agent = await c.startAgent({ name: 'intruder', token: 'not-the-agent-token', waitOnline: false });
+      await agent.waitForOutput(/broker refused this agent/, 30_000);
+      expect(await c.api.getAgent(agent.label)).toBeNull();
+      const list = await c.api.get<Array<{ name: string }>>('/api/v1/agents');
+      expect(list.body.map((a) => a.name)).not.toContain(agent.label);
+      expect(agent.running).toBe(true); // It keeps retrying with backoff, it does not crash.
+    },
+    60_000,
+  );
+});

@@ -1,0 +1,153 @@
+// biome-ignore-all lint/suspicious/noTemplateCurlyInString: ${NAME} wildcards are literal text here, not template placeholders.
+/**
+ * Hostile input: broken sidecars and script paths from users, and garbage on the wire from an agent
+ * that holds valid credentials. The control plane must drop and log what does not parse, keep serving,
+ * and keep the honest agents working.
+ */
+import { randomBytes } from 'node:crypto';
+import { join } from 'node:path';
+import { agentTopic, WORK_TOPIC } from '@ffleet/shared';
+import { connectAsync, type MqttClient } from 'mqtt';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import type { FleetAgent } from '../../agent/src/fleet-agent.ts';
+import {
+  CLUSTER_START_TIMEOUT_MS,
+  makeTestVideo,
+  TestCluster,
+  waitFor,
+  writeScript,
+} from '../helpers/cluster.ts';
+import { ENCODE } from './support/fixtures.ts';
+
+let c: TestCluster;
+let worker: FleetAgent;
+let input: string;
+
+beforeAll(async () => {
+  c = await TestCluster.start();
+  input = await makeTestVideo(c.dir, 'media/clip.mp4', 2);
+  worker = await c.startLocalAgent({ name: 'worker', slots: 1 });
+}, CLUSTER_START_TIMEOUT_MS);
+
+afterAll(async () => {
+  await c?.stop();
+}, 60_000);
+
+afterEach((ctx) => {
+  if (ctx.task.result?.state === 'fail') console.error(c.controlPlaneLog().slice(-8000));
+});
+
+const out = (name: string) => join(c.dir, 'out', name);
+
+describe('hostile task definitions', () => {
+  it('fails the task when the re-imported pre-processing sidecar is not JSON', async () => {
+    const script = writeScript(c.dir, 'scripts/garble.sh', `printf 'not json {{' > "$SIDECAR_FILE"`);
+    const task = await c.api.createTask({
+      command: ENCODE,
+      inputFile: input,
+      outputFile: out('garbled.mp4'),
+      preProcessing: {
+        scriptPath: script,
+        sidecarPath: join(c.dir, 'sidecars', '${TASK_UUID}.json'),
+        importSidecar: true,
+      },
+    });
+    const done = await c.api.waitForTask(task.id);
+    expect(done.status).toBe('DONE_ERROR');
+    expect(done.error).toMatch(/pre-processing/);
+    expect(done.error).toMatch(/not valid JSON/);
+    expect(done.command.resolved).toBe('');
+  });
+
+  it('fails the task when a script path does not exist, naming the path', async () => {
+    const missing = join(c.dir, 'scripts', 'no-such-dir', 'missing-script.sh');
+    const task = await c.api.createTask({
+      command: ENCODE,
+      inputFile: input,
+      outputFile: out('missing-script.mp4'),
+      postProcessing: { scriptPath: missing },
+    });
+    const done = await c.api.waitForTask(task.id);
+    expect(done.status).toBe('DONE_ERROR');
+    expect(done.error).toMatch(/post-processing/);
+    expect(done.error).toContain(missing);
+  });
+});
+
+describe('garbage from an authenticated agent client', () => {
+  let rogue: MqttClient | null = null;
+
+  afterAll(async () => {
+    await rogue?.endAsync(true);
+  });
+
+  it('drops and logs malformed payloads, keeps serving, and the other agents keep working', async () => {
+    const name = c.agentName('rogue');
+    rogue = await connectAsync(c.mqttUrl, {
+      clientId: name,
+      username: name,
+      password: c.agentToken,
+      clean: true,
+      reconnectPeriod: 0,
+      protocolVersion: 4,
+    });
+    const huge = 'x'.repeat(2 * 1024 * 1024);
+    const payloads: Array<string | Buffer> = [
+      randomBytes(4096),
+      Buffer.from([0xff, 0xfe, 0x00, 0x7b]),
+      '',
+      '{',
+      'null',
+      '[]',
+      '42',
+      '"online"',
+      JSON.stringify({ state: 'online' }),
+      JSON.stringify({ kind: 'update', taskId: 1, patch: 'x' }),
+      JSON.stringify({ type: 'claim', requestId: 'r', max: 1_000_000 }),
+      JSON.stringify({ type: 'claim', requestId: 'r', max: -1 }),
+      JSON.stringify({ type: 'nope', requestId: huge }),
+      JSON.stringify({ bootId: 'b', running: 'everything', ts: 'now' }),
+      JSON.stringify({
+        kind: 'log',
+        taskId: huge,
+        attempt: 1,
+        leaseToken: 'x',
+        seq: -5,
+        step: 'evil',
+        text: huge,
+      }),
+      `{"deep":${'['.repeat(10_000)}${']'.repeat(10_000)}}`,
+    ];
+    const kinds = ['status', 'hello', 'heartbeat', 'requests', 'events'] as const;
+    const before = c.cpLines.length;
+    for (const kind of kinds) {
+      for (const p of payloads) await rogue.publishAsync(agentTopic(name, kind), p, { qos: 1 });
+    }
+    // Topics that are not its own (refused by the embedded broker's ACL; dropped by the agent otherwise).
+    await rogue
+      .publishAsync(agentTopic(worker.name, 'inbox'), '{"type":"task.cancel"', { qos: 0 })
+      .catch(() => {});
+    await rogue.publishAsync(WORK_TOPIC, randomBytes(64), { qos: 0 }).catch(() => {});
+
+    // Every malformed message is logged (an empty status only clears a retained birth: not logged).
+    const expected = kinds.length * payloads.length - 1;
+    const dropped = () =>
+      c.cpLines.slice(before).filter((l) => l.includes('dropped malformed agent message'));
+    await waitFor(() => dropped().length >= expected, 30_000, `${expected} drop warnings`);
+    expect(dropped().every((l) => l.includes(name))).toBe(true);
+    expect(c.cpLines.slice(before).some((l) => l.includes('"level":50'))).toBe(false);
+
+    const t0 = Date.now();
+    expect(await c.api.health()).toMatchObject({ status: 'ok' });
+    expect(Date.now() - t0).toBeLessThan(2_000);
+    expect(await c.api.getAgent(name)).toBeNull();
+
+    const task = await c.api.createTask({
+      command: ENCODE,
+      inputFile: input,
+      outputFile: out('after-garbage.mp4'),
+    });
+    const done = await c.api.waitForTask(task.id);
+    expect(done).toMatchObject({ status: 'DONE_SUCCESSFUL', agent: { name: worker.name } });
+  }, 90_000);
+});

@@ -1,0 +1,3 @@
+import { describeRetrySchedule } from './retry-schedule.ts';
+
+describeRetrySchedule('pglite');
