@@ -6,12 +6,14 @@ import { join } from 'node:path';
 import { sql } from 'drizzle-orm';
 import { openDatabase } from '../../control-plane/src/db/client.ts';
 import { openTestDatabase, postgresAvailable } from '../helpers/db.ts';
-import { fmt, freePort, load, ROOT, rssMb, startFfleet, stopChild } from './harness.ts';
+import { fmt, freePort, load, loadFast, ROOT, rssMb, startFfleet, stopChild, WRK } from './harness.ts';
 
 const SEQ = Number(process.env.BENCH_SEQ ?? 1000);
 const CONC_TOTAL = Number(process.env.BENCH_CONC ?? 5000);
 const ROWS = Number(process.env.BENCH_ROWS ?? 100_000);
 const LIST_REQ = Number(process.env.BENCH_LIST ?? 300);
+/** Duration of each wrk run (16 clients); node:http runs BENCH_CONC requests instead. */
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
 
 const taskBody = () =>
   JSON.stringify({
@@ -49,13 +51,14 @@ async function benchBackend(kind: 'pglite' | 'postgres') {
   await load(`${base}/tasks`, { method: 'POST', body: taskBody, concurrency: 4, total: 200 });
   const seq = await load(`${base}/tasks`, { method: 'POST', body: taskBody, concurrency: 1, total: SEQ });
   out.push(`POST /tasks sequential      ${fmt(seq)}`);
-  const conc = await load(`${base}/tasks`, {
+  const conc = await loadFast(`${base}/tasks`, {
     method: 'POST',
     body: taskBody,
     concurrency: 16,
     total: CONC_TOTAL,
+    seconds: SECONDS,
   });
-  out.push(`POST /tasks 16 clients      ${fmt(conc)}`);
+  out.push(`POST /tasks 16 clients      ${fmt(conc)} [${conc.tool}]`);
   await stopChild(cp);
 
   const db =
@@ -86,28 +89,41 @@ async function bareHono() {
     env: { ...process.env, PORT: String(port) },
     stdio: 'ignore',
   });
-  for (let i = 0; i < 100; i++) {
-    try {
-      await fetch(`http://127.0.0.1:${port}/const`);
-      break;
-    } catch {
-      await new Promise((r) => setTimeout(r, 100));
+  try {
+    for (let i = 0; i < 100; i++) {
+      try {
+        await fetch(`http://127.0.0.1:${port}/const`);
+        break;
+      } catch {
+        await new Promise((r) => setTimeout(r, 100));
+      }
     }
+    await load(`http://127.0.0.1:${port}/const`, {
+      method: 'POST',
+      body: taskBody,
+      concurrency: 4,
+      total: 200,
+    });
+    const r = await loadFast(`http://127.0.0.1:${port}/const`, {
+      method: 'POST',
+      body: taskBody,
+      concurrency: 16,
+      total: CONC_TOTAL,
+      seconds: SECONDS,
+    });
+    // The in-process node:http client too, for comparison with the tool used above.
+    const node = WRK
+      ? await load(`http://127.0.0.1:${port}/const`, {
+          method: 'POST',
+          body: taskBody,
+          concurrency: 16,
+          total: CONC_TOTAL,
+        })
+      : null;
+    return { ...r, node };
+  } finally {
+    await stopChild(child);
   }
-  await load(`http://127.0.0.1:${port}/const`, {
-    method: 'POST',
-    body: taskBody,
-    concurrency: 4,
-    total: 200,
-  });
-  const r = await load(`http://127.0.0.1:${port}/const`, {
-    method: 'POST',
-    body: taskBody,
-    concurrency: 16,
-    total: CONC_TOTAL,
-  });
-  await stopChild(child);
-  return r;
 }
 
 async function idleMemory() {
@@ -126,8 +142,11 @@ async function idleMemory() {
 }
 
 const bare = await bareHono();
-console.log(`bare Hono POST 16 clients  ${fmt(bare)}`);
+console.log(`bare Hono POST 16 clients  ${fmt(bare)} [${bare.tool}]`);
+if (bare.node) console.log(`bare Hono POST 16 clients  ${fmt(bare.node)} [node:http]`);
+const BACKENDS = (process.env.BENCH_BACKENDS ?? 'pglite,postgres').split(',');
 for (const kind of ['pglite', 'postgres'] as const) {
+  if (!BACKENDS.includes(kind)) continue;
   if (kind === 'postgres' && !(await postgresAvailable())) {
     console.log('postgres: server not reachable, skipped');
     continue;
@@ -139,5 +158,6 @@ for (const kind of ['pglite', 'postgres'] as const) {
     `ratio ffleet/bare-hono throughput (16 clients): ${(conc.rps / bare.rps).toFixed(3)}  (bare is ${(bare.rps / conc.rps).toFixed(1)}x faster)`,
   );
 }
-console.log(`\nall-in-one (PGlite + broker + local agent) idle RSS: ${(await idleMemory()).toFixed(0)} MB`);
+if (process.env.BENCH_MEM !== '0')
+  console.log(`\nall-in-one (PGlite + broker + local agent) idle RSS: ${(await idleMemory()).toFixed(0)} MB`);
 process.exit(0);

@@ -1,8 +1,9 @@
-import { eq } from 'drizzle-orm';
+import { eq, sql } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { expectProblem, json, readList, UNKNOWN_ID } from '../../../test/api/support.ts';
 import { createTestApp, type TestApp } from '../../../test/helpers/app.ts';
 import { tasks } from '../db/schema.ts';
+import { compactTaskCounts } from '../db/task-counts.ts';
 
 type T = { id: string; name: string; status: string };
 
@@ -131,5 +132,99 @@ describe('GET /api/v1/tasks filters and pagination', () => {
     for (const qs of ['page=-1', 'perPage=0', 'perPage=1001', 'page=abc', 'perPage=1.5', 'page=1e400']) {
       await expectProblem(await t.call('GET', `/api/v1/tasks?${qs}`), 400, 'INVALID_QUERY');
     }
+  });
+});
+
+/**
+ * X-Total for no filter and status filters comes from task_counts (triggers on tasks); every kind of
+ * write must keep it equal to counting the table.
+ */
+describe('X-Total stays exact through every kind of task write', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await createTestApp();
+  });
+  afterAll(() => t.close());
+
+  const STATUSES = ['QUEUED', 'RUNNING', 'DONE_SUCCESSFUL', 'DONE_ERROR', 'DONE_CANCELED'];
+  const total = async (qs: string) => readList(await t.call('GET', `/api/v1/tasks?perPage=1${qs}`));
+  const expectExact = async () => {
+    const rows = await t.db.rows<{ status: string; n: number }>(
+      t.db.db,
+      sql`select status, count(*)::int as n from tasks group by status`,
+    );
+    const by = Object.fromEntries(rows.map((r) => [r.status, Number(r.n)]));
+    const all = rows.reduce((a, r) => a + Number(r.n), 0);
+    expect((await total('')).total).toBe(all);
+    for (const s of STATUSES) expect((await total(`&status=${s}`)).total, s).toBe(by[s] ?? 0);
+    expect((await total('&status=QUEUED,RUNNING')).total).toBe((by.QUEUED ?? 0) + (by.RUNNING ?? 0));
+  };
+
+  it('counts inserts (one, batch, multi-row), status changes, cancels, deletes, truncate and compaction', async () => {
+    await expectExact();
+    const ids: string[] = [];
+    for (let i = 0; i < 5; i++)
+      ids.push((await json(await t.call('POST', '/api/v1/tasks', { command: '-i a b' }), 201)).id);
+    await json(
+      await t.call('POST', '/api/v1/batches', { tasks: [{ command: '-i a b' }, { command: '-i a b' }] }),
+      201,
+    );
+    await expectExact();
+    await t.db.db.update(tasks).set({ status: 'RUNNING' }).where(eq(tasks.id, ids[0]!));
+    await t.db.db.update(tasks).set({ status: 'RUNNING' }).where(eq(tasks.id, ids[0]!)); // no change
+    await t.db.db.update(tasks).set({ progress: 50 }).where(eq(tasks.id, ids[0]!));
+    await t.db.db.update(tasks).set({ status: 'DONE_ERROR' }).where(eq(tasks.id, ids[1]!));
+    await expectExact();
+    await json(await t.call('PATCH', `/api/v1/tasks/${ids[2]}/cancel`), 200);
+    await json(await t.call('PATCH', `/api/v1/tasks/${ids[1]}/restart`), 200);
+    expect((await t.call('DELETE', `/api/v1/tasks/${ids[3]}`)).status).toBe(204);
+    await expectExact();
+    await t.db.db.update(tasks).set({ status: 'DONE_SUCCESSFUL' }).where(eq(tasks.status, 'QUEUED'));
+    await expectExact();
+    await compactTaskCounts(t.db.db);
+    const rows = await t.db.rows<{ n: number }>(t.db.db, sql`select count(*)::int as n from task_counts`);
+    expect(Number(rows[0]!.n)).toBeLessThanOrEqual(STATUSES.length);
+    await expectExact();
+    await t.db.db.delete(tasks).where(eq(tasks.status, 'DONE_SUCCESSFUL'));
+    await expectExact();
+    await t.db.db.execute(sql`truncate tasks`);
+    await expectExact();
+    expect((await total('')).total).toBe(0);
+  });
+});
+
+describe('POST /api/v1/tasks answers with the stored task', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await createTestApp();
+  });
+  afterAll(() => t.close());
+
+  it('is byte for byte what GET returns (jsonb key order, defaults, numbers)', async () => {
+    const body = {
+      command: '-i a b',
+      inputFile: '/in/a.mov',
+      metadata: {
+        zeta: 1,
+        b: { yy: [{ q: 1, a: -0 }], x: 1e21 },
+        10: 'ten',
+        9: 'nine',
+        é: 'e',
+        z: 0.1,
+        big: 2 ** 60,
+      },
+      webhooks: [{ event: 'task.updated', url: 'http://h.test/x' }],
+      preProcessing: { scriptPath: '/s/pre.sh' },
+      postProcessing: { scriptPath: '/s/post.sh', sidecarPath: '/s/side.json' },
+      requires: ['gpu', 'encoder:hevc_nvenc'],
+      priority: 5,
+    };
+    const created = await t.call('POST', '/api/v1/tasks', body);
+    expect(created.status).toBe(201);
+    const text = await created.text();
+    const id = JSON.parse(text).id as string;
+    expect(await (await t.call('GET', `/api/v1/tasks/${id}`)).text()).toBe(text);
+    const list = await t.call('GET', '/api/v1/tasks');
+    expect(JSON.stringify(((await list.json()) as unknown[])[0])).toBe(text);
   });
 });

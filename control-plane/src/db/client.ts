@@ -1,6 +1,10 @@
-import { mkdirSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { existsSync, mkdirSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { PGlite } from '@electric-sql/pglite';
 import type { SQL } from 'drizzle-orm';
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
@@ -31,6 +35,24 @@ export type Database = {
   raw?: PGlite;
 };
 
+/** A statement as text with `$n` placeholders and its already-encoded parameters. */
+export type RawStatement = { text: string; params: unknown[] };
+
+type RawClient =
+  | { unsafe(text: string, params: unknown[], opts: { prepare: boolean }): Promise<unknown> }
+  | { query(text: string, params: unknown[]): Promise<unknown> };
+
+/**
+ * Run a statement on `db`'s connection (or transaction) without drizzle's SQL builder: for hot
+ * statements whose text is built once. Parameters must be encoded as drizzle encodes them for their
+ * columns (`column.mapToDriverValue`); the result is not read.
+ */
+export async function execRaw(db: Db, stmt: RawStatement): Promise<void> {
+  const client = (db as unknown as { session: { client: RawClient } }).session.client;
+  if ('unsafe' in client) await client.unsafe(stmt.text, stmt.params, { prepare: true });
+  else await client.query(stmt.text, stmt.params);
+}
+
 async function rowsOf<T>(db: Db, query: SQL): Promise<T[]> {
   const res = (await db.execute(query)) as unknown;
   // postgres-js returns an array of rows; PGlite returns { rows }.
@@ -42,6 +64,87 @@ export type OpenOptions =
   | { kind: 'postgres'; url: string; max?: number }
   | { kind: 'pglite'; dataDir?: string; loadDataDir?: Blob | File };
 
+/**
+ * The postgres.js client with every query prepared (a named statement per connection and query text).
+ * drizzle asks postgres.js for unnamed statements, and postgres.js sends an unnamed statement that has
+ * parameters in TWO round trips (Parse+Describe to learn the parameter types, then Bind+Execute); a
+ * prepared statement is described once per connection and then runs in one round trip. Transactions and
+ * savepoints hand their client to a callback, so those are wrapped too. Query texts are drizzle's
+ * parameterised ones, so the set of statements per connection stays small.
+ */
+function preparing(client: postgres.Sql): postgres.Sql {
+  return new Proxy(client, {
+    get(target, prop, receiver) {
+      if (prop === 'unsafe') {
+        return (query: string, params?: unknown[], opts?: Record<string, unknown>) =>
+          target.unsafe(query, params as never, { ...opts, prepare: true });
+      }
+      if (prop === 'begin' || prop === 'savepoint') {
+        return (...args: unknown[]) => {
+          const fn = args.pop() as (c: postgres.Sql) => unknown;
+          const method = Reflect.get(target, prop, receiver) as (...a: unknown[]) => unknown;
+          return method.call(target, ...args, (c: postgres.Sql) => fn(preparing(c)));
+        };
+      }
+      return Reflect.get(target, prop, receiver);
+    },
+  });
+}
+
+/**
+ * PostgreSQL settings for the embedded database. PGlite's shared_buffers default (128 MB) lives in the
+ * WASM heap, resident for the life of the process; the embedded database serves one box, and its data
+ * files stay in the OS page cache, so a smaller buffer pool costs little and saves ~110 MB RSS.
+ */
+const PGLITE_SETTINGS = ['-c', 'shared_buffers=16MB'];
+
+/**
+ * Creating a data dir runs initdb in a second WASM instance (~430 MB of WASM memory and file bundles)
+ * that is garbage once PGlite is up, but an idle process allocates nothing, so V8 may never collect it:
+ * an idle all-in-one stayed at ~900 MB RSS after a first start. Collect once, right after.
+ */
+function releaseInitMemory(): void {
+  try {
+    let gc = (globalThis as { gc?: () => void }).gc;
+    if (!gc) {
+      setFlagsFromString('--expose-gc');
+      gc = runInNewContext('gc') as () => void;
+    }
+    gc();
+  } catch {
+    // Only memory: V8 collects it by itself once the process allocates.
+  }
+}
+
+/**
+ * Create a PGlite data dir in a short-lived child process, so initdb's memory (a second WASM instance,
+ * file bundles, the dumped data dir) goes back to the OS with it instead of staying in this process's
+ * heap. False when that failed (the caller then creates it in-process).
+ */
+async function initDataDirInChild(dataDir: string): Promise<boolean> {
+  const script = `const { PGlite } = require(process.env.FFLEET_PGLITE_MODULE);
+const pg = new PGlite({ dataDir: process.env.FFLEET_PGLITE_DIR, startParams: [...PGlite.defaultStartParams, ...JSON.parse(process.env.FFLEET_PGLITE_SETTINGS)] });
+pg.waitReady.then(() => pg.close()).then(() => process.exit(0), (err) => { console.error(err); process.exit(1); });`;
+  try {
+    const env: NodeJS.ProcessEnv = {
+      ...process.env,
+      FFLEET_PGLITE_MODULE: createRequire(import.meta.url).resolve('@electric-sql/pglite'),
+      FFLEET_PGLITE_DIR: dataDir,
+      FFLEET_PGLITE_SETTINGS: JSON.stringify(PGLITE_SETTINGS),
+    };
+    delete env.NODE_OPTIONS; // no loaders (tsx) needed for a CommonJS one-liner
+    const code = await new Promise<number | null>((resolve, reject) => {
+      const child = spawn(process.execPath, ['-e', script], { env, stdio: ['ignore', 'ignore', 'pipe'] });
+      child.stderr.resume();
+      child.on('error', reject);
+      child.on('exit', resolve);
+    });
+    return code === 0 && existsSync(join(dataDir, 'PG_VERSION'));
+  } catch {
+    return false;
+  }
+}
+
 /** Open the database and apply the committed migrations. */
 export async function openDatabase(opts: OpenOptions): Promise<Database> {
   if (opts.kind === 'postgres') {
@@ -50,7 +153,7 @@ export async function openDatabase(opts: OpenOptions): Promise<Database> {
       onnotice: () => {},
       // bigint columns are read as numbers by drizzle's mode:'number'; keep types default otherwise.
     });
-    const db = drizzlePostgres(client, { schema }) as unknown as Db;
+    const db = drizzlePostgres(preparing(client), { schema }) as unknown as Db;
     await migratePostgres(drizzlePostgres(client), { migrationsFolder: MIGRATIONS_DIR });
     return {
       db,
@@ -69,10 +172,17 @@ export async function openDatabase(opts: OpenOptions): Promise<Database> {
     };
   }
   if (opts.dataDir) mkdirSync(dirname(opts.dataDir), { recursive: true });
-  const pg = new PGlite({ dataDir: opts.dataDir, loadDataDir: opts.loadDataDir });
+  let fresh = !opts.loadDataDir && !(opts.dataDir && existsSync(join(opts.dataDir, 'PG_VERSION')));
+  if (fresh && opts.dataDir && (await initDataDirInChild(opts.dataDir))) fresh = false;
+  const pg = new PGlite({
+    dataDir: opts.dataDir,
+    loadDataDir: opts.loadDataDir,
+    startParams: [...PGlite.defaultStartParams, ...PGLITE_SETTINGS],
+  });
   await pg.waitReady;
   const db = drizzlePglite(pg, { schema }) as unknown as Db;
   await migratePglite(drizzlePglite(pg), { migrationsFolder: MIGRATIONS_DIR });
+  if (fresh) releaseInitMemory();
   let closed = false;
   return {
     db,

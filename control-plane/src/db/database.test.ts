@@ -30,6 +30,7 @@ const TABLES = [
   'events',
   'idempotency_keys',
   'presets',
+  'task_counts',
   'task_logs',
   'tasks',
   'watchfolders',

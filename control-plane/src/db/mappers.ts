@@ -156,3 +156,31 @@ export function toAgent(r: AgentRow, runningTasks: string[]): Agent {
     createdAt: r.createdAt,
   };
 }
+
+const ASCII = /^[\x00-\x7f]*$/;
+
+/** jsonb's key order: shorter (in UTF-8 bytes) first, then bytewise. */
+function jsonbKeyOrder(a: string, b: string): number {
+  if (ASCII.test(a) && ASCII.test(b)) return a.length - b.length || (a < b ? -1 : a > b ? 1 : 0);
+  const x = Buffer.from(a);
+  const y = Buffer.from(b);
+  return x.length - y.length || Buffer.compare(x, y);
+}
+
+function sortJsonbKeys(v: unknown): unknown {
+  if (v === null || typeof v !== 'object') return v;
+  if (Array.isArray(v)) return v.map(sortJsonbKeys);
+  const keys = Object.keys(v).sort(jsonbKeyOrder);
+  // fromEntries defines own properties, so even a "__proto__" key stays data.
+  return Object.fromEntries(keys.map((k) => [k, sortJsonbKeys((v as Record<string, unknown>)[k])]));
+}
+
+/**
+ * The value a jsonb column gives back for `v`: JSON semantics (undefined dropped, non-finite numbers
+ * null, -0 is 0) and objects' keys in jsonb's storage order. Lets a writer answer with what a read of
+ * the row would return without reading it back.
+ */
+export function asJsonb<T>(v: T): T {
+  if (v === null || v === undefined) return v;
+  return sortJsonbKeys(JSON.parse(JSON.stringify(v))) as T;
+}

@@ -297,3 +297,14 @@ export const idempotencyKeys = pgTable(
   },
   (t) => [uniqueIndex('idempotency_route_key_idx').on(t.route, t.key)],
 );
+
+/**
+ * Exact task counts for list totals (X-Total) without counting the tasks table: triggers on `tasks`
+ * append signed deltas per status (migration 0002); the sum per status is the count. Rows are only ever
+ * inserted by writers (no row locks, no contention), and folded into one row per status from time to
+ * time (compactTaskCounts).
+ */
+export const taskCounts = pgTable('task_counts', {
+  status: text('status').notNull(),
+  n: bigint('n', { mode: 'number' }).notNull(),
+});

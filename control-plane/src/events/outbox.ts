@@ -1,8 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { DirectWebhook, EventName, EventPayload } from '@ffleet/shared';
-import { eq } from 'drizzle-orm';
-import type { Db } from '../db/client.ts';
-import { deliveries, events, webhooks } from '../db/schema.ts';
+import { type Db, execRaw, type RawStatement } from '../db/client.ts';
 
 export type EmitOptions = {
   event: EventName;
@@ -16,56 +14,74 @@ export type EmitOptions = {
   now?: number;
 };
 
+const eventTexts = new Map<string, string>();
+
 /**
- * Write one event and its webhook deliveries in the caller's transaction (the outbox). Returns the
- * payload to publish on the in-process bus once the transaction has committed.
+ * The statement that writes one event and its webhook deliveries: the events row, one delivery per
+ * global subscription (read from `webhooks` by the same statement, so a subscription created on any
+ * replica is seen) and one per matching direct webhook. `before` are further data-modifying CTEs
+ * (`name AS (…), `, numbered from $1) run by the same statement, e.g. the task insert the event is
+ * about. The text depends only on `before`'s text and the number of direct webhooks, so it is built
+ * once per shape (and prepared once per connection).
  */
-export async function writeEvent(tx: Db, opts: EmitOptions): Promise<EventPayload> {
-  const now = opts.now ?? Date.now();
-  const id = randomUUID();
-  const payload: EventPayload = {
-    id,
-    event: opts.event,
-    timestamp: new Date(now).toISOString(),
-    data: opts.data,
-  };
-  await tx.insert(events).values({ id, event: opts.event, payload, createdAt: now });
-  const globals = await tx
-    .select({ id: webhooks.id, url: webhooks.url, secret: webhooks.secret })
-    .from(webhooks)
-    .where(eq(webhooks.event, opts.event));
-  const rows = globals.map((w) => ({
-    id: randomUUID(),
-    eventId: id,
-    event: opts.event,
-    webhookId: w.id,
-    source: 'global',
-    url: w.url,
-    secret: w.secret,
-    taskId: opts.taskId ?? null,
-    progressOnly: opts.progressOnly ?? false,
-    nextAttemptAt: now,
-    createdAt: now,
-    updatedAt: now,
-  }));
-  for (const d of (opts.direct ?? []) as DirectWebhook[]) {
-    if (d.event !== opts.event) continue;
-    rows.push({
-      id: randomUUID(),
-      eventId: id,
-      event: opts.event,
-      webhookId: null as unknown as string,
-      source: 'direct',
-      url: d.url,
-      secret: null,
-      taskId: opts.taskId ?? null,
-      progressOnly: opts.progressOnly ?? false,
-      nextAttemptAt: now,
-      createdAt: now,
-      updatedAt: now,
-    });
+export function eventStatement(
+  payload: EventPayload,
+  opts: EmitOptions,
+  now: number,
+  before?: RawStatement,
+): RawStatement {
+  const direct = ((opts.direct ?? []) as DirectWebhook[]).filter((d) => d.event === opts.event);
+  const head = before?.text ?? '';
+  const base = before?.params.length ?? 0;
+  const key = `${direct.length}|${base}|${head}`;
+  let text = eventTexts.get(key);
+  if (text === undefined) {
+    const p = (i: number) => `$${base + i}`;
+    // $1 event id, $2 event name, $3 payload, $4 now, $5 task id, $6 progressOnly, $7… direct URLs.
+    // Delivery columns: id, event_id, event, webhook_id, source, url, secret, task_id, progress_only,
+    // next_attempt_at, created_at, updated_at (ids are random v4 UUIDs, like randomUUID()).
+    const tail = `${p(5)}::uuid, ${p(6)}::boolean, ${p(4)}::bigint, ${p(4)}::bigint, ${p(4)}::bigint`;
+    const directRows = direct.length
+      ? ` UNION ALL SELECT gen_random_uuid(), ${p(1)}::uuid, ${p(2)}::text, NULL::uuid, 'direct', d.url, NULL::text, ${tail}
+    FROM (VALUES ${direct.map((_, i) => `(${p(7 + i)}::text)`).join(', ')}) AS d(url)`
+      : '';
+    text = `WITH ${head}ev AS (
+  INSERT INTO events (id, event, payload, created_at)
+  VALUES (${p(1)}::uuid, ${p(2)}::text, ${p(3)}::jsonb, ${p(4)}::bigint)
+)
+INSERT INTO deliveries (id, event_id, event, webhook_id, source, url, secret, task_id, progress_only,
+  next_attempt_at, created_at, updated_at)
+SELECT gen_random_uuid(), ${p(1)}::uuid, ${p(2)}::text, w.id, 'global', w.url, w.secret, ${tail}
+  FROM webhooks w WHERE w.event = ${p(2)}::text${directRows}`;
+    if (eventTexts.size < 1000) eventTexts.set(key, text);
   }
-  if (rows.length > 0) await tx.insert(deliveries).values(rows);
+  return {
+    text,
+    params: [
+      ...(before?.params ?? []),
+      payload.id,
+      opts.event,
+      JSON.stringify(payload),
+      now,
+      opts.taskId ?? null,
+      opts.progressOnly ?? false,
+      ...direct.map((d) => d.url),
+    ],
+  };
+}
+
+function payloadOf(opts: EmitOptions, now: number): EventPayload {
+  return { id: randomUUID(), event: opts.event, timestamp: new Date(now).toISOString(), data: opts.data };
+}
+
+/**
+ * Write one event and its webhook deliveries in the caller's transaction (the outbox), in one
+ * statement. Returns the payload to publish on the in-process bus once the transaction has committed.
+ */
+export async function writeEvent(tx: Db, opts: EmitOptions, before?: RawStatement): Promise<EventPayload> {
+  const now = opts.now ?? Date.now();
+  const payload = payloadOf(opts, now);
+  await execRaw(tx, eventStatement(payload, opts, now, before));
   return payload;
 }
 
@@ -74,8 +90,9 @@ export class EmittedEvents {
   readonly items: EventPayload[] = [];
   constructor(private readonly tx: Db) {}
 
-  async emit(opts: EmitOptions): Promise<EventPayload> {
-    const p = await writeEvent(this.tx, opts);
+  /** `before`: data-modifying CTEs to run in the same statement (see eventStatement). */
+  async emit(opts: EmitOptions, before?: RawStatement): Promise<EventPayload> {
+    const p = await writeEvent(this.tx, opts, before);
     this.items.push(p);
     return p;
   }

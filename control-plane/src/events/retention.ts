@@ -2,6 +2,7 @@ import { and, inArray, lt, notExists, sql } from 'drizzle-orm';
 import type { Logger } from 'pino';
 import type { Database } from '../db/client.ts';
 import { deliveries, events, idempotencyKeys, webhookExecutions } from '../db/schema.ts';
+import { compactTaskCounts } from '../db/task-counts.ts';
 
 const DAY_MS = 86_400_000;
 
@@ -91,6 +92,7 @@ export class RetentionSweeper {
         .delete(idempotencyKeys)
         .where(lt(idempotencyKeys.createdAt, now - this.#o.idempotencyMs))
         .returning({ key: idempotencyKeys.key });
+      await compactTaskCounts(db);
       if (d.length + e.length + x.length + k.length > 0) {
         this.#o.logger.info(
           { deliveries: d.length, events: e.length, executions: x.length, idempotencyKeys: k.length },

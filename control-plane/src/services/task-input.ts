@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { basename } from 'node:path';
 import { checkCommand, type TaskCreate } from '@ffleet/shared';
-import type { PresetRow } from '../db/mappers.ts';
+import { asJsonb, type PresetRow, type TaskRow } from '../db/mappers.ts';
 import type { StoredStep, tasks } from '../db/schema.ts';
 
 export type Issue = { path: string; message: string };
@@ -78,5 +78,49 @@ export function buildTaskRow(
       watchKey: opts.watchKey ?? null,
       watchfolderId: opts.watchfolderId ?? null,
     },
+  };
+}
+
+/**
+ * The row as the database stores and returns it after inserting `row`: column defaults filled in and
+ * jsonb values normalised (asJsonb). Equal to what `INSERT … RETURNING *` gives, without reading it.
+ */
+export function storedTaskRow(row: TaskInsert): TaskRow {
+  return {
+    id: row.id,
+    name: row.name,
+    commandRaw: row.commandRaw,
+    commandResolved: row.commandResolved ?? '',
+    inputRaw: row.inputRaw ?? '',
+    inputResolved: row.inputResolved ?? '',
+    outputRaw: row.outputRaw ?? '',
+    outputResolved: row.outputResolved ?? '',
+    metadata: asJsonb(row.metadata ?? {}),
+    status: row.status,
+    progress: row.progress ?? 0,
+    remaining: row.remaining ?? 0,
+    error: row.error ?? '',
+    priority: row.priority ?? 0,
+    source: row.source ?? 'api',
+    preProcessing: asJsonb(row.preProcessing ?? null),
+    postProcessing: asJsonb(row.postProcessing ?? null),
+    startedAt: row.startedAt ?? 0,
+    finishedAt: row.finishedAt ?? 0,
+    createdAt: row.createdAt ?? 0,
+    updatedAt: row.updatedAt ?? 0,
+    presetId: row.presetId ?? null,
+    batchId: row.batchId ?? null,
+    webhooks: asJsonb(row.webhooks ?? []),
+    requires: row.requires ?? [],
+    attempt: row.attempt ?? 0,
+    maxAttempts: row.maxAttempts ?? 3,
+    agentId: row.agentId ?? null,
+    agentName: row.agentName ?? null,
+    leaseToken: row.leaseToken ?? null,
+    leaseExpiresAt: row.leaseExpiresAt ?? 0,
+    reportSeq: row.reportSeq ?? -1,
+    cancelRequested: row.cancelRequested ?? false,
+    watchKey: row.watchKey ?? null,
+    watchfolderId: row.watchfolderId ?? null,
   };
 }

@@ -6,15 +6,16 @@ import {
   type TaskListQuery,
   type TaskStatus,
 } from '@ffleet/shared';
-import { and, asc, count, desc, eq, ilike, inArray, or, type SQL, sql } from 'drizzle-orm';
+import { and, asc, count, eq, ilike, inArray, or, type SQL, sql } from 'drizzle-orm';
 import { ConflictError, NotFoundError, ValidationError } from '../api/errors.ts';
-import type { Db } from '../db/client.ts';
+import type { Db, RawStatement } from '../db/client.ts';
 import { type TaskRow, toTask } from '../db/mappers.ts';
-import { batches, presets, taskLogs, tasks } from '../db/schema.ts';
-import type { EmittedEvents } from '../events/outbox.ts';
+import { batches, presets, taskCounts, taskLogs, tasks } from '../db/schema.ts';
+import { compactTaskCounts } from '../db/task-counts.ts';
+import { EmittedEvents } from '../events/outbox.ts';
 import { type ServiceContext, transact } from './context.ts';
 import { claimIdempotencyKey, type IdempotencyRequest, storeIdempotentResponse } from './idempotency.ts';
-import { buildTaskRow } from './task-input.ts';
+import { buildTaskRow, storedTaskRow } from './task-input.ts';
 
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 export const isUuid = (s: string): boolean => UUID_RE.test(s);
@@ -48,17 +49,71 @@ export async function getTaskRow(tx: Db, id: string, forUpdate = false): Promise
   return r ?? null;
 }
 
-/** Insert a validated task row and emit `task.created` (global + direct). */
+/** Columns a task insert sets (the others take their defaults); `id`, `name`, `command_raw`, `status` are required. */
+const INSERT_COLUMNS = [
+  'id',
+  'name',
+  'commandRaw',
+  'inputRaw',
+  'outputRaw',
+  'metadata',
+  'status',
+  'priority',
+  'source',
+  'preProcessing',
+  'postProcessing',
+  'createdAt',
+  'updatedAt',
+  'presetId',
+  'batchId',
+  'webhooks',
+  'requires',
+  'watchKey',
+  'watchfolderId',
+] as const;
+const INSERT_SET = new Set<string>(INSERT_COLUMNS);
+const INSERT_TEXT = `new_task AS (INSERT INTO tasks (${INSERT_COLUMNS.map((k) => `"${tasks[k].name}"`).join(', ')})
+  VALUES (${INSERT_COLUMNS.map((_, i) => `$${i + 1}`).join(', ')})), `;
+
+/**
+ * The task insert as a CTE for eventStatement: a fixed column list (one text, one prepared statement)
+ * and values encoded by their columns as drizzle's insert builder encodes them. A row that sets other
+ * columns or leaves one of these unset goes through the builder.
+ */
+function taskInsertCte(db: Db, row: typeof tasks.$inferInsert): RawStatement {
+  let fixed = true;
+  for (const k of Object.keys(row)) if (!INSERT_SET.has(k)) fixed = false;
+  for (const k of INSERT_COLUMNS) if (row[k] === undefined) fixed = false;
+  if (!fixed) {
+    const q = db.insert(tasks).values(row).toSQL();
+    return { text: `new_task AS (${q.sql}), `, params: q.params };
+  }
+  return {
+    text: INSERT_TEXT,
+    params: INSERT_COLUMNS.map((k) => {
+      const v = row[k];
+      return v === null ? null : tasks[k].mapToDriverValue(v as never);
+    }),
+  };
+}
+
+/**
+ * Insert a validated task row and emit `task.created` (global + direct): ONE statement (the task
+ * insert is a CTE of the event's statement). The task is built from the row (storedTaskRow) rather
+ * than read back.
+ */
 export async function insertTask(tx: Db, ev: EmittedEvents, row: typeof tasks.$inferInsert): Promise<Task> {
-  const [inserted] = await tx.insert(tasks).values(row).returning();
-  const task = toTask(inserted!);
-  await ev.emit({
-    event: 'task.created',
-    data: taskEventData(task),
-    direct: task.webhooks,
-    taskId: task.id,
-    now: task.createdAt,
-  });
+  const task = toTask(storedTaskRow(row));
+  await ev.emit(
+    {
+      event: 'task.created',
+      data: taskEventData(task),
+      direct: task.webhooks,
+      taskId: task.id,
+      now: task.createdAt,
+    },
+    taskInsertCte(tx, row),
+  );
   return task;
 }
 
@@ -67,6 +122,16 @@ export async function createTask(
   input: TaskCreate,
   idem?: IdempotencyRequest,
 ): Promise<Task> {
+  if (!idem && input.preset === undefined) {
+    // Nothing to read first: the insert, its event and deliveries are one auto-committed statement.
+    const built = buildTaskRow(input, null, { source: 'api', now: ctx.now() });
+    if (!built.ok) throw new ValidationError('task is invalid', built.issues);
+    const ev = new EmittedEvents(ctx.database.db);
+    const task = await insertTask(ctx.database.db, ev, built.row);
+    for (const p of ev.items) ctx.bus.publish(p);
+    ctx.fleet.workAvailable();
+    return task;
+  }
   const task = await transact(ctx, async (tx, ev) => {
     if (idem) await claimIdempotencyKey(tx, idem, ctx.now());
     const preset = input.preset !== undefined ? await findPreset(tx, input.preset) : null;
@@ -103,21 +168,56 @@ function listWhere(q: TaskListQuery): SQL | undefined {
   return conds.length ? and(...conds) : undefined;
 }
 
+/** Delta rows summed by a count before it folds them (compactTaskCounts). */
+const COMPACT_AFTER_ROWS = 1000;
+let compacting: Promise<void> | null = null;
+
+/**
+ * The exact number of tasks, optionally only those in `statuses`, from task_counts (maintained by
+ * triggers in the writers' transactions): a sum over a few rows instead of counting the table.
+ */
+export async function countTasks(ctx: ServiceContext, statuses?: readonly string[]): Promise<number> {
+  const db = ctx.database.db;
+  const where = statuses?.length ? inArray(taskCounts.status, [...statuses]) : undefined;
+  const [r] = await db
+    .select({ n: sql<string | number | null>`sum(${taskCounts.n})`, rows: count() })
+    .from(taskCounts)
+    .where(where);
+  if ((r?.rows ?? 0) > COMPACT_AFTER_ROWS && !compacting) {
+    compacting = compactTaskCounts(db)
+      .catch((err) => ctx.logger.warn({ err }, 'task count compaction failed'))
+      .finally(() => {
+        compacting = null;
+      });
+  }
+  return Number(r?.n ?? 0);
+}
+
 /** Newest first, with the total matching count. */
 export async function listTasks(ctx: ServiceContext, q: TaskListQuery, page: PageQuery) {
   const db = ctx.database.db;
   const where = listWhere(q);
-  const [rows, [total]] = await Promise.all([
+  // Only a status filter (or none): the total comes from task_counts.
+  const countedByStatus = !q.source && !q.batch && !q.preset && !q.agent && !q.q;
+  const [rows, total] = await Promise.all([
     db
       .select()
       .from(tasks)
       .where(where)
-      .orderBy(desc(tasks.createdAt), desc(tasks.id))
+      // NULLS LAST (the columns are NOT NULL, so the order is the same) matches tasks_created_idx, which
+      // drizzle-kit created as DESC NULLS LAST: a plain DESC would sort the whole table.
+      .orderBy(sql`${tasks.createdAt} DESC NULLS LAST`, sql`${tasks.id} DESC NULLS LAST`)
       .limit(page.perPage)
       .offset(page.page * page.perPage),
-    db.select({ n: count() }).from(tasks).where(where),
+    countedByStatus
+      ? countTasks(ctx, q.status)
+      : db
+          .select({ n: count() })
+          .from(tasks)
+          .where(where)
+          .then(([r]) => Number(r?.n ?? 0)),
   ]);
-  return { items: rows.map(toTask), total: Number(total?.n ?? 0) };
+  return { items: rows.map(toTask), total };
 }
 
 export async function getTask(ctx: ServiceContext, id: string): Promise<Task> {
