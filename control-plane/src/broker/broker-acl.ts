@@ -24,10 +24,13 @@ export function equalSecrets(given: string | Buffer | undefined, expected: strin
   return timingSafeEqual(a, b);
 }
 
-/** True when `agentId` may publish on `topic`. */
+const PUBLISH_KINDS = new Set<string>(AGENT_PUBLISH_KINDS);
+const AGENTS_PREFIX = agentTopic('', 'status').slice(0, -'/status'.length);
+
+/** True when `agentId` may publish on `topic` (`<root>/agents/<agentId>/<kind>`, checked per message). */
 export function mayAgentPublish(agentId: string, topic: string): boolean {
-  if (!AGENT_ID_RE.test(agentId)) return false;
-  return AGENT_PUBLISH_KINDS.some((kind) => topic === agentTopic(agentId, kind));
+  const own = `${AGENTS_PREFIX}${agentId}/`;
+  return topic.startsWith(own) && PUBLISH_KINDS.has(topic.slice(own.length)) && AGENT_ID_RE.test(agentId);
 }
 
 /**

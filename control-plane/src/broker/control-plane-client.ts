@@ -54,6 +54,18 @@ const STOP_TIMEOUT_MS = 2_000;
 const RECONNECT_PERIOD_MS = 250;
 
 /**
+ * What the control plane subscribes to: each kind agents publish, but not their inboxes. The single
+ * `agents/+/+` wildcard also matched the inbox topics, so every claim result and ack the control
+ * plane sent (QoS 1) came straight back to it, to be acknowledged, parsed and dropped.
+ */
+const AGENT_SUBSCRIPTIONS = Object.fromEntries(
+  (['status', 'hello', 'heartbeat', 'requests', 'events'] as const).map((kind) => [
+    agentTopic('+', kind),
+    { qos: 1 as const },
+  ]),
+);
+
+/**
  * The control plane's MQTT client. Receives everything agents publish (parsed with the shared
  * schemas; what does not parse is logged and dropped) and sends inbox messages and work hints.
  * Emits `connection` (true/false) so the caller can reconcile after a broker restart.
@@ -187,11 +199,13 @@ export class ControlPlaneClient extends EventEmitter<{ connection: [connected: b
 
   private async onConnect(client: MqttClient): Promise<void> {
     try {
-      await client.subscribeAsync(AGENTS_WILDCARD, { qos: 1 });
+      await client.subscribeAsync(AGENT_SUBSCRIPTIONS);
     } catch (err) {
       this.logger.error({ err: (err as Error).message }, 'subscribe to agent topics failed');
       return;
     }
+    // A persistent session from an older version may still hold the wildcard (and deliver twice).
+    client.unsubscribe(AGENTS_WILDCARD, () => {});
     this.errorLogged = false;
     // Agents that reconnected while we were away announced themselves to nobody: ask them again.
     client.publish(RESYNC_TOPIC, '{}', { qos: 1 });

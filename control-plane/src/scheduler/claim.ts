@@ -1,7 +1,9 @@
 import type { ClaimedTask } from '@ffleet/shared';
 import { and, asc, desc, eq, inArray, type SQL, sql } from 'drizzle-orm';
+import type { Db } from '../db/client.ts';
 import { toTask } from '../db/mappers.ts';
 import { tasks } from '../db/schema.ts';
+import type { EmittedEvents } from '../events/outbox.ts';
 import { type ServiceContext, transact } from '../services/context.ts';
 import { taskEventData } from '../services/tasks.ts';
 
@@ -14,15 +16,27 @@ export const textArray = (values: readonly string[]): SQL =>
       )}]::text[]`
     : sql`'{}'::text[]`;
 
-export type ClaimingAgent = { id: string; name: string; capabilities: readonly string[] };
+export type ClaimingAgent = {
+  id: string;
+  name: string;
+  capabilities: readonly string[];
+  /**
+   * The agent's slots. When given, the claim takes at most `slots - (tasks it runs now)` tasks, counted
+   * in the same statement (no separate count round trip before every claim).
+   */
+  slots?: number;
+};
 
 /**
  * Claim up to `max` queued tasks for one agent in ONE statement:
  *
  *   UPDATE tasks SET … WHERE id IN (
  *     SELECT id FROM tasks WHERE status='QUEUED' AND requires <@ caps
- *     ORDER BY priority DESC, created_at, id LIMIT max FOR UPDATE SKIP LOCKED)
+ *     ORDER BY priority DESC, created_at, id
+ *     LIMIT greatest(0, least(max, slots - (SELECT count(*) … running on this agent)))
+ *     FOR UPDATE SKIP LOCKED)
  *
+ * The free-slot count is part of the statement: no separate count round trip before every claim.
  * Ordering: higher priority first, FIFO within a priority (id breaks ties, batches share created_at).
  * Locking: SKIP LOCKED lets concurrent claimers (agents, control-plane replicas) pass over rows another
  * transaction is claiming instead of waiting, so no task is handed out twice and nobody blocks.
@@ -38,53 +52,71 @@ export async function claimTasks(
   leaseTtlMs: number,
 ): Promise<ClaimedTask[]> {
   if (max <= 0) return [];
-  return transact(ctx, async (tx, ev) => {
-    const now = ctx.now();
-    const candidates = tx
-      .select({ id: tasks.id })
-      .from(tasks)
-      .where(and(eq(tasks.status, 'QUEUED'), sql`${tasks.requires} <@ ${textArray(agent.capabilities)}`))
-      .orderBy(desc(tasks.priority), asc(tasks.createdAt), asc(tasks.id))
-      .limit(max)
-      .for('update', { skipLocked: true });
-    const claimed = await tx
-      .update(tasks)
-      .set({
-        // Pre-processing is "defined" when it names a script or a sidecar (the runner's rule too).
-        status: sql`CASE WHEN coalesce(${tasks.preProcessing}->'scriptPath'->>'raw', '') <> ''
-          OR coalesce(${tasks.preProcessing}->'sidecarPath'->>'raw', '') <> '' THEN 'PRE_PROCESSING' ELSE 'RUNNING' END`,
-        attempt: sql`${tasks.attempt} + 1`,
-        leaseToken: sql`gen_random_uuid()::text`,
-        leaseExpiresAt: now + leaseTtlMs,
-        agentId: agent.id,
-        agentName: agent.name,
-        reportSeq: -1,
-        startedAt: now,
-        finishedAt: 0,
-        progress: 0,
-        remaining: -1,
-        error: '',
-        cancelRequested: false,
-        updatedAt: now,
-      })
-      .where(inArray(tasks.id, candidates))
-      .returning();
-    // RETURNING order is unspecified; hand tasks out in queue order.
-    claimed.sort((a, b) => b.priority - a.priority || a.createdAt - b.createdAt || a.id.localeCompare(b.id));
-    const out: ClaimedTask[] = [];
-    for (const row of claimed) {
-      const task = toTask(row);
-      await ev.emit({
-        event: 'task.updated',
-        data: taskEventData(task),
-        direct: task.webhooks,
-        taskId: task.id,
-        now,
-      });
-      out.push({ task, attempt: row.attempt, leaseToken: row.leaseToken!, leaseTtlMs });
-    }
-    return out;
-  });
+  return transact(ctx, (tx, ev) => claimTasksIn(tx, ev, ctx.now(), agent, max, leaseTtlMs));
+}
+
+/** `claimTasks` inside the caller's transaction (group commit runs many claims in one). */
+export async function claimTasksIn(
+  tx: Db,
+  ev: EmittedEvents,
+  now: number,
+  agent: ClaimingAgent,
+  max: number,
+  leaseTtlMs: number,
+): Promise<ClaimedTask[]> {
+  if (max <= 0 || (agent.slots !== undefined && agent.slots <= 0)) return [];
+  const limit =
+    agent.slots === undefined
+      ? max
+      : sql`GREATEST(0, LEAST(${max}::int, ${agent.slots}::int - (SELECT count(*)::int FROM ${tasks} WHERE ${and(
+          eq(tasks.agentId, agent.id),
+          inArray(tasks.status, ['PRE_PROCESSING', 'RUNNING']),
+        )})))`;
+  const candidates = tx
+    .select({ id: tasks.id })
+    .from(tasks)
+    .where(and(eq(tasks.status, 'QUEUED'), sql`${tasks.requires} <@ ${textArray(agent.capabilities)}`))
+    .orderBy(desc(tasks.priority), asc(tasks.createdAt), asc(tasks.id))
+    // drizzle renders an SQL limit as is (the type only admits numbers and placeholders).
+    .limit(limit as number)
+    .for('update', { skipLocked: true });
+  const claimed = await tx
+    .update(tasks)
+    .set({
+      // Pre-processing is "defined" when it names a script or a sidecar (the runner's rule too).
+      status: sql`CASE WHEN coalesce(${tasks.preProcessing}->'scriptPath'->>'raw', '') <> ''
+        OR coalesce(${tasks.preProcessing}->'sidecarPath'->>'raw', '') <> '' THEN 'PRE_PROCESSING' ELSE 'RUNNING' END`,
+      attempt: sql`${tasks.attempt} + 1`,
+      leaseToken: sql`gen_random_uuid()::text`,
+      leaseExpiresAt: now + leaseTtlMs,
+      agentId: agent.id,
+      agentName: agent.name,
+      reportSeq: -1,
+      startedAt: now,
+      finishedAt: 0,
+      progress: 0,
+      remaining: -1,
+      error: '',
+      cancelRequested: false,
+      updatedAt: now,
+    })
+    .where(inArray(tasks.id, candidates))
+    .returning();
+  // RETURNING order is unspecified; hand tasks out in queue order.
+  claimed.sort((a, b) => b.priority - a.priority || a.createdAt - b.createdAt || a.id.localeCompare(b.id));
+  const out: ClaimedTask[] = [];
+  for (const row of claimed) {
+    const task = toTask(row);
+    await ev.emit({
+      event: 'task.updated',
+      data: taskEventData(task),
+      direct: task.webhooks,
+      taskId: task.id,
+      now,
+    });
+    out.push({ task, attempt: row.attempt, leaseToken: row.leaseToken!, leaseTtlMs });
+  }
+  return out;
 }
 
 /** Capabilities an agent offers to `requires`: its labels, `encoder:<n>`, `hwaccel:<n>`, `agent:<name>`, os/arch. */

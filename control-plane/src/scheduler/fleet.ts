@@ -7,7 +7,7 @@ import {
   PROTOCOL_VERSION,
   type TaskReport,
 } from '@ffleet/shared';
-import { and, count, eq, inArray } from 'drizzle-orm';
+import { and, eq, inArray, sql } from 'drizzle-orm';
 import type { Logger } from 'pino';
 import type { ControlPlaneClient } from '../broker/control-plane-client.ts';
 import { type AgentRow, effectiveLabels, effectiveSlots } from '../db/mappers.ts';
@@ -21,9 +21,16 @@ import {
   recordBirth,
   touchAgent,
 } from './agent-registry.ts';
-import { agentCapabilities, claimTasks } from './claim.ts';
-import { extendRunningLeases, type RunningRef, renewLeases, sweepExpiredLeases } from './leases.ts';
-import { applyReport } from './reports.ts';
+import { agentCapabilities, claimTasksIn } from './claim.ts';
+import { GroupCommit } from './group-commit.ts';
+import {
+  extendRunningLeases,
+  type RunningRef,
+  renewLeases,
+  renewLeasesIn,
+  sweepExpiredLeases,
+} from './leases.ts';
+import { applyReportIn } from './reports.ts';
 import { SerialQueues } from './serial-queue.ts';
 import { planAssignments, saveAssignments, toAssignment } from './watch-assignment.ts';
 import { confirmWatchLock, createWatchTask } from './watch-tasks.ts';
@@ -39,10 +46,14 @@ export type FleetOptions = {
 
 /** How often expired leases and silent agents are looked for. */
 const SWEEP_EVERY_MS = 1_000;
-/** Work hints within this window are sent as one (a batch of 1,000 tasks is one hint, not 1,000). */
-const HINT_COALESCE_MS = 2;
 /** Heartbeats come every few seconds; three missed ones mean the agent is gone. */
 const DEFAULT_SILENT_AFTER_MS = 20_000;
+
+/**
+ * A report whose slow path may lock a batch row in the middle of a group: a hand-back (the task may
+ * end DONE_ERROR past its attempt limit). Finishing reports leave their batch to the group's end.
+ */
+const mayLockBatch = (r: TaskReport): boolean => r.kind === 'update' && r.patch.status === 'QUEUED';
 
 /**
  * The control plane's side of the agent protocol (PROTOCOL.md): presence, claims, fenced reports,
@@ -53,12 +64,24 @@ export class Fleet implements FleetHooks {
   readonly #ctx: ServiceContext;
   readonly #log: Logger;
   readonly #serial = new SerialQueues();
+  /** Claims and reports of all agents, written in shared transactions. */
+  readonly #group: GroupCommit;
+  /**
+   * Agent rows by name. The fleet owns agent state: births, wills, hellos and the silent sweep go
+   * through it, and API changes arrive through `agentChanged`. Only entries for online agents are
+   * trusted (an offline agent may have been deleted or changed by the API meanwhile).
+   */
+  readonly #agents = new Map<string, AgentRow>();
+  /** When each agent was last heard (MQTT receipt), written to `last_seen` once per sweep. */
+  readonly #heard = new Map<string, number>();
   /** Agents that reported a watchfolder path unreadable: wfId → agent ids. */
   readonly #pathFailures = new Map<string, Set<string>>();
   /** Last config sent per agent id (JSON), to send only changes. */
   readonly #sentConfig = new Map<string, string>();
   #sweepTimer: NodeJS.Timeout | null = null;
-  #hintTimer: NodeJS.Timeout | null = null;
+  #hintTimer: NodeJS.Immediate | null = null;
+  /** Counts `workAvailable` calls: a claim that raced one and came back empty is tried again. */
+  #workSeq = 0;
   #assigning: Promise<void> | null = null;
   #assignAgain = false;
   #stopped = false;
@@ -73,6 +96,7 @@ export class Fleet implements FleetHooks {
     this.#o = opts;
     this.#ctx = opts.ctx;
     this.#log = opts.logger.child({ component: 'fleet' });
+    this.#group = new GroupCommit(opts.ctx);
   }
 
   async start(): Promise<void> {
@@ -80,9 +104,18 @@ export class Fleet implements FleetHooks {
     await markAllOffline(this.#ctx.database.db);
     m.onBirth((id, b) => this.#serial.run(id, () => this.#onBirth(id, b)));
     m.onHello((id, h) => this.#serial.run(id, () => this.#onHello(id, h)));
-    m.onHeartbeat((id, h) => this.#serial.run(id, () => this.#onHeartbeat(id, h)));
-    m.onRequest((id, r) => this.#serial.run(id, () => this.#onRequest(id, r)));
-    m.onReport((id, r) => this.#serial.run(id, () => this.#onReport(id, r)));
+    m.onHeartbeat((id, h) => {
+      this.#hear(id);
+      return this.#serial.run(id, () => this.#onHeartbeat(id, h));
+    });
+    m.onRequest((id, r) => {
+      this.#hear(id);
+      return this.#serial.run(id, () => this.#onRequest(id, r));
+    });
+    m.onReport((id, r) => {
+      this.#hear(id);
+      return this.#serial.run(id, () => this.#onReport(id, r));
+    });
     m.on('connection', (up) => {
       this.#listening = false;
       // After a broker restart every agent re-announces itself; resend configs then.
@@ -98,9 +131,11 @@ export class Fleet implements FleetHooks {
   async stop(): Promise<void> {
     this.#stopped = true;
     if (this.#sweepTimer) clearInterval(this.#sweepTimer);
-    if (this.#hintTimer) clearTimeout(this.#hintTimer);
+    if (this.#hintTimer) clearImmediate(this.#hintTimer);
     await this.#serial.drain();
+    await this.#group.drain();
     await this.#assigning;
+    await this.#flushHeard().catch(() => {});
   }
 
   // ---- FleetHooks (called by the API services) ----
@@ -116,11 +151,13 @@ export class Fleet implements FleetHooks {
   }
 
   workAvailable(): void {
+    this.#workSeq += 1;
     if (this.#hintTimer || this.#stopped) return;
-    this.#hintTimer = setTimeout(() => {
+    // Hints of one turn of the event loop are sent as one (a batch of 1,000 tasks is one hint).
+    this.#hintTimer = setImmediate(() => {
       this.#hintTimer = null;
       void this.#o.mqtt.broadcastWork();
-    }, HINT_COALESCE_MS);
+    });
   }
 
   watchfoldersChanged(): void {
@@ -128,8 +165,10 @@ export class Fleet implements FleetHooks {
   }
 
   agentChanged(agentId: string): void {
+    for (const [name, a] of this.#agents) if (a.id === agentId) this.#agents.delete(name);
     void (async () => {
       const [a] = await this.#ctx.database.db.select().from(agents).where(eq(agents.id, agentId));
+      if (a) this.#agents.set(a.name, a);
       if (a?.online) await this.#sendConfig(a, true);
     })().catch((err) => this.#log.error({ err }, 'agent config push failed'));
   }
@@ -149,7 +188,9 @@ export class Fleet implements FleetHooks {
       await this.#send(name, { type: 'refused', reason });
       return;
     }
+    this.#agents.delete(name);
     const row = await recordBirth(this.#ctx.database.db, name, { ...birth, name }, this.#ctx.now());
+    this.#agents.set(name, row);
     this.#log.info(
       { agent: name, state: birth.state, transcoder: birth.transcoder?.version ?? null },
       'agent presence',
@@ -163,8 +204,10 @@ export class Fleet implements FleetHooks {
   async #onHello(name: string, hello: AgentHello): Promise<void> {
     const db = this.#ctx.database.db;
     const now = this.#ctx.now();
+    this.#heard.delete(name);
     await touchAgent(db, name, now);
-    const agent = await getAgentByName(db, name);
+    this.#agents.delete(name);
+    const agent = await this.#agent(name);
     if (!agent) return; // Its birth (retained, sent first) creates the record; hello without it is noise.
     await this.#stopStale(name, await renewLeases(this.#ctx, agent.id, hello.running, this.#o.leaseTtlMs));
     // Tasks we think it runs that it does not list were lost with its previous process: requeue now.
@@ -186,33 +229,45 @@ export class Fleet implements FleetHooks {
   }
 
   async #onHeartbeat(name: string, hb: AgentHeartbeat): Promise<void> {
-    const db = this.#ctx.database.db;
-    await touchAgent(db, name, this.#ctx.now());
-    const agent = await getAgentByName(db, name);
+    let agent = await this.#agent(name);
     if (!agent) return;
-    await this.#stopStale(name, await renewLeases(this.#ctx, agent.id, hb.running, this.#o.leaseTtlMs));
+    if (!agent.online) {
+      // Back from the silent sweep's offline: say so now (last_seen of online agents is batched).
+      this.#heard.delete(name);
+      await touchAgent(this.#ctx.database.db, name, this.#ctx.now());
+      this.#agents.delete(name);
+      agent = await this.#agent(name);
+      if (!agent) return;
+    }
+    if (hb.running.length) {
+      const id = agent.id;
+      const stale = await this.#group.run((tx) =>
+        renewLeasesIn(tx, this.#ctx.now(), id, hb.running, this.#o.leaseTtlMs),
+      );
+      await this.#stopStale(name, stale);
+    }
   }
 
   async #onRequest(name: string, req: AgentRequest): Promise<void> {
-    const db = this.#ctx.database.db;
-    const agent = await getAgentByName(db, name);
+    const agent = await this.#agent(name);
     if (!agent) return;
     switch (req.type) {
       case 'claim': {
-        const max = await this.#claimable(agent, req.max);
-        const claimed =
-          max > 0
-            ? await claimTasks(
-                this.#ctx,
-                {
-                  id: agent.id,
-                  name: agent.name,
-                  capabilities: agentCapabilities({ ...agent, labels: effectiveLabels(agent) }),
-                },
-                max,
-                this.#o.leaseTtlMs,
-              )
-            : [];
+        const claiming = {
+          id: agent.id,
+          name: agent.name,
+          capabilities: agentCapabilities({ ...agent, labels: effectiveLabels(agent) }),
+          slots: effectiveSlots(agent),
+        };
+        const claim = () =>
+          this.#group.run((tx, ev) =>
+            claimTasksIn(tx, ev, this.#ctx.now(), claiming, req.max, this.#o.leaseTtlMs),
+          );
+        const seq = this.#workSeq;
+        let claimed = this.#mayClaim(agent) ? await claim() : [];
+        // Work committed while this claim ran: its hint reached an agent still waiting for this
+        // answer, which ignores hints then. Answering "nothing" would leave it idle until its poll.
+        if (!claimed.length && seq !== this.#workSeq && this.#mayClaim(agent)) claimed = await claim();
         await this.#send(name, { type: 'claim.result', requestId: req.requestId, tasks: claimed });
         return;
       }
@@ -240,9 +295,15 @@ export class Fleet implements FleetHooks {
   }
 
   async #onReport(name: string, report: TaskReport): Promise<void> {
-    const agent = await getAgentByName(this.#ctx.database.db, name);
+    const agent = await this.#agent(name);
     if (!agent) return;
-    const outcome = await applyReport(this.#ctx, agent.id, report, this.#o.leaseTtlMs);
+    const outcome = await this.#group.run(
+      (tx, ev, scope) =>
+        applyReportIn(tx, ev, this.#ctx.now(), agent.id, report, this.#o.leaseTtlMs, (b) =>
+          scope.finishBatch(b),
+        ),
+      { locksBatch: mayLockBatch(report) },
+    );
     await this.#send(name, { type: 'ack', taskId: report.taskId, attempt: report.attempt, seq: report.seq });
     if (outcome.kind === 'stale') {
       this.#log.warn(
@@ -272,14 +333,46 @@ export class Fleet implements FleetHooks {
 
   // ---- helpers ----
 
-  /** Free slots the control plane grants: configured slots minus running work; none while paused. */
-  async #claimable(agent: AgentRow, asked: number): Promise<number> {
-    if (agent.paused || !agent.online || !agent.transcoder) return 0;
-    const [r] = await this.#ctx.database.db
-      .select({ n: count() })
-      .from(tasks)
-      .where(and(eq(tasks.agentId, agent.id), inArray(tasks.status, ['PRE_PROCESSING', 'RUNNING'])));
-    return Math.max(0, Math.min(asked, effectiveSlots(agent) - Number(r?.n ?? 0)));
+  /**
+   * Whether the agent may claim at all (not paused, online, with a transcoder). How many: configured
+   * slots minus running work, counted inside the claim statement (claimTasksIn, `slots`).
+   */
+  #mayClaim(agent: AgentRow): boolean {
+    return !agent.paused && agent.online && !!agent.transcoder;
+  }
+
+  /** The agent's row: from the cache while it is online, else read (and cached). */
+  async #agent(name: string): Promise<AgentRow | null> {
+    const cached = this.#agents.get(name);
+    if (cached?.online) return cached;
+    const row = await getAgentByName(this.#ctx.database.db, name);
+    if (row) this.#agents.set(name, row);
+    else this.#agents.delete(name);
+    return row;
+  }
+
+  #hear(name: string): void {
+    this.#heard.set(name, this.#ctx.now());
+  }
+
+  /** One statement for every agent heard since the last flush: `last_seen` only moves forward. */
+  async #flushHeard(): Promise<void> {
+    if (!this.#heard.size) return;
+    const heard = [...this.#heard];
+    this.#heard.clear();
+    const values = sql.join(
+      heard.map(([name, at]) => sql`(${name}::text, ${at}::bigint)`),
+      sql`, `,
+    );
+    await this.#ctx.database.db
+      .update(agents)
+      .set({ lastSeen: sql`GREATEST(${agents.lastSeen}, heard.at)` })
+      .from(sql`(VALUES ${values}) AS heard(name, at)`)
+      .where(sql`${agents.name} = heard.name`);
+    for (const [name, at] of heard) {
+      const a = this.#agents.get(name);
+      if (a && a.lastSeen < at) a.lastSeen = at;
+    }
   }
 
   async #stopStale(name: string, stale: RunningRef[]): Promise<void> {
@@ -400,12 +493,17 @@ export class Fleet implements FleetHooks {
         );
         if (r.requeued.length) this.workAvailable();
       }
+      await this.#flushHeard();
       const silent = await markSilentOffline(
         this.#ctx.database.db,
         this.#ctx.now(),
         this.#o.silentAfterMs ?? DEFAULT_SILENT_AFTER_MS,
       );
-      if (silent.length) await this.assignWatchfolders();
+      if (silent.length) {
+        const ids = new Set(silent);
+        for (const [name, a] of this.#agents) if (ids.has(a.id)) this.#agents.delete(name);
+        await this.assignWatchfolders();
+      }
     } catch (err) {
       this.#log.error({ err }, 'sweep failed');
     }

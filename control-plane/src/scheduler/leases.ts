@@ -1,4 +1,4 @@
-import { and, eq, inArray, lt } from 'drizzle-orm';
+import { and, eq, inArray, lt, sql } from 'drizzle-orm';
 import type { Db } from '../db/client.ts';
 import type { TaskRow } from '../db/mappers.ts';
 import { tasks } from '../db/schema.ts';
@@ -18,44 +18,47 @@ export async function renewLeases(
   running: readonly RunningRef[],
   leaseTtlMs: number,
 ): Promise<RunningRef[]> {
+  return renewLeasesIn(ctx.database.db, ctx.now(), agentId, running, leaseTtlMs);
+}
+
+/**
+ * `renewLeases` as ONE statement on `db` (a transaction in group commit): the fence (this agent, this
+ * attempt, this lease token, still running) is the WHERE of the UPDATE; what it did not renew is stale.
+ */
+export async function renewLeasesIn(
+  db: Db,
+  now: number,
+  agentId: string,
+  running: readonly RunningRef[],
+  leaseTtlMs: number,
+): Promise<RunningRef[]> {
   if (running.length === 0) return [];
-  const db = ctx.database.db;
-  const now = ctx.now();
-  const ids = running.map((r) => r.taskId).filter((id) => /^[0-9a-f-]{36}$/i.test(id));
-  const rows = ids.length
-    ? await db
-        .select({
-          id: tasks.id,
-          attempt: tasks.attempt,
-          leaseToken: tasks.leaseToken,
-          agentId: tasks.agentId,
-          status: tasks.status,
-        })
-        .from(tasks)
-        .where(inArray(tasks.id, ids))
-    : [];
-  const byId = new Map(rows.map((r) => [r.id, r]));
-  const valid: string[] = [];
-  const stale: RunningRef[] = [];
-  for (const r of running) {
-    const row = byId.get(r.taskId);
-    const ok =
-      row &&
-      row.agentId === agentId &&
-      row.attempt === r.attempt &&
-      row.leaseToken === r.leaseToken &&
-      (row.status === 'PRE_PROCESSING' || row.status === 'RUNNING');
-    if (ok) valid.push(r.taskId);
-    else stale.push(r);
-  }
-  if (valid.length) {
-    await db
+  const wellFormed = running.filter((r) => UUID_RE.test(r.taskId) && Number.isInteger(r.attempt));
+  const renewed = new Set<string>();
+  if (wellFormed.length) {
+    const refs = sql.join(
+      wellFormed.map((r) => sql`(${r.taskId}::uuid, ${r.attempt}::int, ${r.leaseToken}::text)`),
+      sql`, `,
+    );
+    const rows = await db
       .update(tasks)
       .set({ leaseExpiresAt: now + leaseTtlMs })
-      .where(and(inArray(tasks.id, valid), eq(tasks.agentId, agentId)));
+      .from(sql`(VALUES ${refs}) AS ref(id, attempt, lease_token)`)
+      .where(
+        and(
+          sql`${tasks.id} = ref.id AND ${tasks.attempt} = ref.attempt AND ${tasks.leaseToken} = ref.lease_token`,
+          eq(tasks.agentId, agentId),
+          inArray(tasks.status, ['PRE_PROCESSING', 'RUNNING']),
+        ),
+      )
+      .returning({ id: tasks.id, attempt: tasks.attempt });
+    for (const r of rows) renewed.add(`${r.id}/${r.attempt}`);
   }
-  return stale;
+  return running.filter((r) => !renewed.has(`${r.taskId.toLowerCase()}/${r.attempt}`));
 }
+
+/** Task ids are UUIDs; anything else cannot be a task (and must not reach a uuid cast). */
+const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 /**
  * Give every running task's lease at least until `until`. Used when the control plane (re)connects to

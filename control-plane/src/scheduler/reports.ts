@@ -1,9 +1,11 @@
 import { isDoneStatus, type TaskPatch, type TaskReport, type TaskStatus } from '@ffleet/shared';
-import { eq } from 'drizzle-orm';
-import type { TaskRow } from '../db/mappers.ts';
+import { and, eq, inArray, lt } from 'drizzle-orm';
+import type { Db } from '../db/client.ts';
+import { type TaskRow, toTask } from '../db/mappers.ts';
 import { taskLogs, tasks } from '../db/schema.ts';
+import type { EmittedEvents } from '../events/outbox.ts';
 import { type ServiceContext, transact } from '../services/context.ts';
-import { getTaskRow, saveTaskChange } from '../services/tasks.ts';
+import { finishBatchIfDone, getTaskRow, isUuid, saveTaskChange, taskEventData } from '../services/tasks.ts';
 import { requeueLostTask } from './leases.ts';
 
 /** What the control plane answers a report with. */
@@ -21,6 +23,12 @@ const ALLOWED: Record<string, readonly TaskStatus[]> = {
 };
 
 const PROGRESS_KEYS = new Set(['progress', 'remaining']);
+
+/** For each status an agent may report: the statuses it may come from (ALLOWED inverted). */
+const ALLOWED_FROM = new Map<TaskStatus, TaskStatus[]>();
+for (const [from, tos] of Object.entries(ALLOWED)) {
+  for (const to of tos) ALLOWED_FROM.set(to, [...(ALLOWED_FROM.get(to) ?? []), from as TaskStatus]);
+}
 
 /** PostgreSQL text and jsonb cannot hold NUL: a transcoder printing one must not break the report. */
 const NUL = /\u0000/g;
@@ -79,56 +87,168 @@ export async function applyReport(
   report: TaskReport,
   leaseTtlMs: number,
 ): Promise<ReportOutcome> {
-  return transact(ctx, async (tx, ev) => {
-    const row = await getTaskRow(tx, report.taskId, true);
-    const fenced = fence(row, report);
-    if (fenced) return fenced;
-    if (row!.agentId !== agentId) return { kind: 'stale', reason: 'task is assigned to another agent' };
-    const now = ctx.now();
-    if (report.kind === 'log') {
-      if (report.text.length) {
-        await tx.insert(taskLogs).values({
-          taskId: report.taskId,
-          attempt: report.attempt,
-          step: report.step,
-          text: storable(report.text),
-          createdAt: now,
-        });
-      }
-      await tx
-        .update(tasks)
-        .set({ reportSeq: report.seq, leaseExpiresAt: now + leaseTtlMs })
-        .where(eq(tasks.id, report.taskId));
-      return {
-        kind: 'applied',
-        status: row!.status as TaskStatus,
-        finished: false,
-        cancelRequested: row!.cancelRequested,
-      };
+  return transact(ctx, (tx, ev) => applyReportIn(tx, ev, ctx.now(), agentId, report, leaseTtlMs));
+}
+
+/**
+ * `applyReport` inside the caller's transaction. The common case (the current attempt of a task this
+ * agent runs, a new seq, a legal move) is ONE fenced `UPDATE … WHERE id, attempt, lease token, agent,
+ * report_seq < seq, status RETURNING`; only when that matches nothing is the row read and the report
+ * classified (duplicate, stale, rejected, hand-back).
+ */
+export async function applyReportIn(
+  tx: Db,
+  ev: EmittedEvents,
+  now: number,
+  agentId: string,
+  report: TaskReport,
+  leaseTtlMs: number,
+  /** Leave batch.finished to the end of the group (group commit); default: check it here. */
+  finishBatch?: (batchId: string) => void,
+): Promise<ReportOutcome> {
+  if (!isUuid(report.taskId)) return { kind: 'stale', reason: 'task no longer exists' };
+  const fast = await applyFenced(tx, ev, now, agentId, report, leaseTtlMs, finishBatch);
+  if (fast) return fast;
+  return applyClassified(tx, ev, now, agentId, report, leaseTtlMs);
+}
+
+/** The fence as a WHERE clause: this attempt, this lease, this agent, a seq not applied yet. */
+const fencedWhere = (agentId: string, r: TaskReport) => [
+  eq(tasks.id, r.taskId),
+  eq(tasks.attempt, r.attempt),
+  eq(tasks.leaseToken, r.leaseToken),
+  eq(tasks.agentId, agentId),
+  lt(tasks.reportSeq, r.seq),
+];
+
+async function applyFenced(
+  tx: Db,
+  ev: EmittedEvents,
+  now: number,
+  agentId: string,
+  report: TaskReport,
+  leaseTtlMs: number,
+  finishBatch: ((batchId: string) => void) | undefined,
+): Promise<ReportOutcome | null> {
+  if (report.kind === 'log') {
+    const [r] = await tx
+      .update(tasks)
+      .set({ reportSeq: report.seq, leaseExpiresAt: now + leaseTtlMs })
+      .where(and(...fencedWhere(agentId, report)))
+      .returning({ status: tasks.status, cancelRequested: tasks.cancelRequested });
+    if (!r) return null;
+    if (report.text.length) {
+      await tx.insert(taskLogs).values({
+        taskId: report.taskId,
+        attempt: report.attempt,
+        step: report.step,
+        text: storable(report.text),
+        createdAt: now,
+      });
     }
-    const patch = report.patch;
-    const current = row!.status as TaskStatus;
-    if (patch.status === 'QUEUED') {
-      // Hand-back: the agent is shutting down and killed this run; another agent takes it.
-      await tx.update(tasks).set({ reportSeq: report.seq }).where(eq(tasks.id, report.taskId));
-      await requeueLostTask(tx, ev, row!, now, `handed back by agent ${row!.agentName ?? agentId}`);
-      return { kind: 'applied', status: 'QUEUED', finished: false, cancelRequested: false };
-    }
-    const next = patch.status ?? current;
-    if (!ALLOWED[current]?.includes(next)) {
-      // The report is consumed (acked) but changes nothing: an illegal move must not be retried forever.
-      await tx.update(tasks).set({ reportSeq: report.seq }).where(eq(tasks.id, report.taskId));
-      return { kind: 'rejected', reason: `illegal status move ${current} → ${next}` };
-    }
-    const set = columnsOf(patch);
-    const finished = isDoneStatus(next);
-    const progressOnly = Object.keys(patch).every((k) => PROGRESS_KEYS.has(k));
-    Object.assign(set, {
-      reportSeq: report.seq,
-      leaseExpiresAt: finished ? 0 : now + leaseTtlMs,
-      ...(finished ? { leaseToken: null, cancelRequested: false, finishedAt: patch.finishedAt ?? now } : {}),
-    });
-    await saveTaskChange(tx, ev, report.taskId, set, { now, progressOnly });
-    return { kind: 'applied', status: next, finished, cancelRequested: !finished && row!.cancelRequested };
+    return {
+      kind: 'applied',
+      status: r.status as TaskStatus,
+      finished: false,
+      cancelRequested: r.cancelRequested,
+    };
+  }
+  const patch = report.patch;
+  if (patch.status === 'QUEUED') return null;
+  const from = patch.status ? ALLOWED_FROM.get(patch.status) : ['PRE_PROCESSING', 'RUNNING'];
+  if (!from?.length) return null;
+  const finished = patch.status !== undefined && isDoneStatus(patch.status);
+  const set = columnsOf(patch);
+  Object.assign(set, {
+    reportSeq: report.seq,
+    leaseExpiresAt: finished ? 0 : now + leaseTtlMs,
+    ...(finished ? { leaseToken: null, cancelRequested: false, finishedAt: patch.finishedAt ?? now } : {}),
+    updatedAt: now,
   });
+  // Same effects as saveTaskChange (update, task.updated, batch.finished), with the fence in the WHERE.
+  const [row] = await tx
+    .update(tasks)
+    .set(set)
+    .where(and(...fencedWhere(agentId, report), inArray(tasks.status, from)))
+    .returning();
+  if (!row) return null;
+  const task = toTask(row);
+  await ev.emit({
+    event: 'task.updated',
+    data: taskEventData(task),
+    direct: task.webhooks,
+    taskId: task.id,
+    progressOnly: Object.keys(patch).every((k) => PROGRESS_KEYS.has(k)),
+    now,
+  });
+  if (finished && task.batch) {
+    if (finishBatch) finishBatch(task.batch);
+    else await finishBatchIfDone(tx, ev, task.batch, now);
+  }
+  return {
+    kind: 'applied',
+    status: row.status as TaskStatus,
+    finished,
+    cancelRequested: !finished && row.cancelRequested,
+  };
+}
+
+/** The slow path: read the row (locked) and say why the fenced update did not apply, or apply it. */
+async function applyClassified(
+  tx: Db,
+  ev: EmittedEvents,
+  now: number,
+  agentId: string,
+  report: TaskReport,
+  leaseTtlMs: number,
+): Promise<ReportOutcome> {
+  const row = await getTaskRow(tx, report.taskId, true);
+  const fenced = fence(row, report);
+  if (fenced) return fenced;
+  if (row!.agentId !== agentId) return { kind: 'stale', reason: 'task is assigned to another agent' };
+  if (report.kind === 'log') {
+    if (report.text.length) {
+      await tx.insert(taskLogs).values({
+        taskId: report.taskId,
+        attempt: report.attempt,
+        step: report.step,
+        text: storable(report.text),
+        createdAt: now,
+      });
+    }
+    await tx
+      .update(tasks)
+      .set({ reportSeq: report.seq, leaseExpiresAt: now + leaseTtlMs })
+      .where(eq(tasks.id, report.taskId));
+    return {
+      kind: 'applied',
+      status: row!.status as TaskStatus,
+      finished: false,
+      cancelRequested: row!.cancelRequested,
+    };
+  }
+  const patch = report.patch;
+  const current = row!.status as TaskStatus;
+  if (patch.status === 'QUEUED') {
+    // Hand-back: the agent is shutting down and killed this run; another agent takes it.
+    await tx.update(tasks).set({ reportSeq: report.seq }).where(eq(tasks.id, report.taskId));
+    await requeueLostTask(tx, ev, row!, now, `handed back by agent ${row!.agentName ?? agentId}`);
+    return { kind: 'applied', status: 'QUEUED', finished: false, cancelRequested: false };
+  }
+  const next = patch.status ?? current;
+  if (!ALLOWED[current]?.includes(next)) {
+    // The report is consumed (acked) but changes nothing: an illegal move must not be retried forever.
+    await tx.update(tasks).set({ reportSeq: report.seq }).where(eq(tasks.id, report.taskId));
+    return { kind: 'rejected', reason: `illegal status move ${current} → ${next}` };
+  }
+  const set = columnsOf(patch);
+  const finished = isDoneStatus(next);
+  const progressOnly = Object.keys(patch).every((k) => PROGRESS_KEYS.has(k));
+  Object.assign(set, {
+    reportSeq: report.seq,
+    leaseExpiresAt: finished ? 0 : now + leaseTtlMs,
+    ...(finished ? { leaseToken: null, cancelRequested: false, finishedAt: patch.finishedAt ?? now } : {}),
+  });
+  await saveTaskChange(tx, ev, report.taskId, set, { now, progressOnly });
+  return { kind: 'applied', status: next, finished, cancelRequested: !finished && row!.cancelRequested };
 }

@@ -1,0 +1,152 @@
+import type { Db } from '../db/client.ts';
+import type { EmittedEvents } from '../events/outbox.ts';
+import { type ServiceContext, transact } from '../services/context.ts';
+import { finishBatchIfDone } from '../services/tasks.ts';
+
+/**
+ * What a job may leave to the end of its group: `finishBatch(id)` runs finishBatchIfDone for that
+ * batch once, after every job of the group, batches in id order, still inside the transaction.
+ */
+export type GroupScope = { finishBatch(batchId: string): void };
+
+export type GroupJob<T> = (tx: Db, ev: EmittedEvents, scope: GroupScope) => Promise<T>;
+
+type Queued = {
+  fn: GroupJob<unknown>;
+  locksBatch: boolean;
+  resolve: (v: unknown) => void;
+  reject: (err: unknown) => void;
+};
+
+/** A group's transaction holds at most this many jobs (bounds its length and lock set). */
+const MAX_GROUP = 64;
+/** Groups written at the same time on PostgreSQL (the pool has 10 connections; the API keeps the rest). */
+const PG_CONCURRENT_GROUPS = 4;
+
+/**
+ * Group commit for the agent protocol's database work (claims, reports, lease renewals). Jobs that
+ * arrive while groups are being written wait and go into the next group: ONE transaction runs them one
+ * after another, in arrival order, and every job resolves after that commit (an ack still means
+ * "durable"). Each agent's jobs are serial (Fleet's per-agent queues), so one agent's jobs are never in
+ * two groups at once.
+ *
+ * Why: every job used to be its own transaction. PGlite runs one transaction at a time, so 500 agents'
+ * claims and reports serialised behind BEGIN/COMMIT pairs; on PostgreSQL every commit is a WAL flush.
+ * Under load a group holds dozens of jobs; alone, a job waits one macrotask and runs as before.
+ *
+ * Deadlocks (PostgreSQL): claims skip locked rows, and a group locks only task rows of its own agents
+ * until its end, where it locks the batch rows of the tasks it finished (batch.finished, GroupScope), in
+ * id order, and then waits for nothing else; API transactions lock a task row before its batch row
+ * (cancel, restart), so no cycle can form. A job that may lock a batch row on its own (`locksBatch`: a
+ * hand-back that may end the task) closes its group. PGlite runs one group at a time and cannot
+ * deadlock. If a group fails anyway (a deadlock PostgreSQL broke, a bug in one job), its jobs are
+ * retried one transaction each, so one bad job cannot fail the others.
+ */
+export class GroupCommit {
+  readonly #ctx: ServiceContext;
+  readonly #maxGroups: number;
+  #queue: Queued[] = [];
+  #active = 0;
+  #scheduled = false;
+  #idle: (() => void)[] = [];
+
+  constructor(ctx: ServiceContext) {
+    this.#ctx = ctx;
+    this.#maxGroups = ctx.database.singleConnection ? 1 : PG_CONCURRENT_GROUPS;
+  }
+
+  /** `locksBatch`: the job may lock a batch row (see above). */
+  run<T>(fn: GroupJob<T>, opts: { locksBatch?: boolean } = {}): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      this.#queue.push({
+        fn,
+        locksBatch: opts.locksBatch ?? false,
+        resolve: resolve as (v: unknown) => void,
+        reject,
+      });
+      this.#schedule();
+    });
+  }
+
+  /** Resolves when everything queued so far is written. */
+  drain(): Promise<void> {
+    if (!this.#active && !this.#queue.length && !this.#scheduled) return Promise.resolve();
+    return new Promise((r) => this.#idle.push(r));
+  }
+
+  #schedule(): void {
+    if (this.#scheduled || this.#active >= this.#maxGroups) return;
+    this.#scheduled = true;
+    // Let the messages that arrived in the same I/O turn join the group.
+    setImmediate(() => {
+      this.#scheduled = false;
+      this.#pump();
+      this.#wakeDrainers();
+    });
+  }
+
+  #wakeDrainers(): void {
+    if (!this.#active && !this.#queue.length && !this.#scheduled) for (const r of this.#idle.splice(0)) r();
+  }
+
+  #pump(): void {
+    while (this.#queue.length && this.#active < this.#maxGroups) {
+      let n = Math.min(this.#queue.length, MAX_GROUP);
+      const closer = this.#queue.findIndex((j) => j.locksBatch);
+      if (closer >= 0 && this.#maxGroups > 1) n = Math.min(n, closer + 1);
+      const jobs = this.#queue.splice(0, n);
+      this.#active += 1;
+      void this.#write(jobs).finally(() => {
+        this.#active -= 1;
+        this.#pump();
+        this.#wakeDrainers();
+      });
+    }
+  }
+
+  async #write(jobs: Queued[]): Promise<void> {
+    let results: unknown[];
+    try {
+      results = await transact(this.#ctx, async (tx, ev) => {
+        const scope = new Scope();
+        const out: unknown[] = [];
+        for (const j of jobs) out.push(await j.fn(tx, ev, scope));
+        await scope.end(tx, ev, this.#ctx.now());
+        return out;
+      });
+    } catch (err) {
+      if (jobs.length === 1) {
+        jobs[0]!.reject(err);
+        return;
+      }
+      for (const j of jobs) {
+        try {
+          j.resolve(
+            await transact(this.#ctx, async (tx, ev) => {
+              const scope = new Scope();
+              const r = await j.fn(tx, ev, scope);
+              await scope.end(tx, ev, this.#ctx.now());
+              return r;
+            }),
+          );
+        } catch (e) {
+          j.reject(e);
+        }
+      }
+      return;
+    }
+    for (const [i, j] of jobs.entries()) j.resolve(results[i]);
+  }
+}
+
+class Scope implements GroupScope {
+  readonly #batches = new Set<string>();
+
+  finishBatch(batchId: string): void {
+    this.#batches.add(batchId);
+  }
+
+  async end(tx: Db, ev: EmittedEvents, now: number): Promise<void> {
+    for (const id of [...this.#batches].sort()) await finishBatchIfDone(tx, ev, id, now);
+  }
+}
