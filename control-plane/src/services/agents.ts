@@ -80,4 +80,5 @@ export async function deleteAgent(ctx: ServiceContext, id: string): Promise<void
   if (r.online)
     throw new ConflictError('AGENT_ONLINE', `agent ${r.name} is online; stop it before removing it`);
   await db.delete(agents).where(eq(agents.id, r.id));
+  ctx.fleet.agentChanged(r.id);
 }
