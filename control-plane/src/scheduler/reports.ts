@@ -1,11 +1,11 @@
 import { isDoneStatus, type TaskPatch, type TaskReport, type TaskStatus } from '@ffleet/shared';
 import { and, eq, inArray, lt } from 'drizzle-orm';
 import type { Db } from '../db/client.ts';
-import { type TaskRow, toTask } from '../db/mappers.ts';
+import type { TaskRow } from '../db/mappers.ts';
 import { taskLogs, tasks } from '../db/schema.ts';
 import type { EmittedEvents } from '../events/outbox.ts';
 import { type ServiceContext, transact } from '../services/context.ts';
-import { finishBatchIfDone, getTaskRow, isUuid, saveTaskChange, taskEventData } from '../services/tasks.ts';
+import { applyTaskChange, getTaskRow, isUuid, saveTaskChange } from '../services/tasks.ts';
 import { requeueLostTask } from './leases.ts';
 
 /** What the control plane answers a report with. */
@@ -163,28 +163,16 @@ async function applyFenced(
     reportSeq: report.seq,
     leaseExpiresAt: finished ? 0 : now + leaseTtlMs,
     ...(finished ? { leaseToken: null, cancelRequested: false, finishedAt: patch.finishedAt ?? now } : {}),
-    updatedAt: now,
   });
-  // Same effects as saveTaskChange (update, task.updated, batch.finished), with the fence in the WHERE.
-  const [row] = await tx
-    .update(tasks)
-    .set(set)
-    .where(and(...fencedWhere(agentId, report), inArray(tasks.status, from)))
-    .returning();
-  if (!row) return null;
-  const task = toTask(row);
-  await ev.emit({
-    event: 'task.updated',
-    data: taskEventData(task),
-    direct: task.webhooks,
-    taskId: task.id,
-    progressOnly: Object.keys(patch).every((k) => PROGRESS_KEYS.has(k)),
-    now,
-  });
-  if (finished && task.batch) {
-    if (finishBatch) finishBatch(task.batch);
-    else await finishBatchIfDone(tx, ev, task.batch, now);
-  }
+  const changed = await applyTaskChange(
+    tx,
+    ev,
+    and(...fencedWhere(agentId, report), inArray(tasks.status, from)),
+    set,
+    { progressOnly: Object.keys(patch).every((k) => PROGRESS_KEYS.has(k)), now, finishBatch },
+  );
+  if (!changed) return null;
+  const { row } = changed;
   return {
     kind: 'applied',
     status: row.status as TaskStatus,

@@ -237,12 +237,30 @@ export async function saveTaskChange(
   patch: Partial<typeof tasks.$inferInsert>,
   opts: { progressOnly?: boolean; now: number },
 ): Promise<Task> {
+  const changed = await applyTaskChange(tx, ev, eq(tasks.id, id), patch, opts);
+  if (!changed) throw new Error(`task ${id} vanished inside its own transaction`);
+  return changed.task;
+}
+
+/**
+ * Update the task `where` selects (one row at most) and emit what the change means: `task.updated`,
+ * and `batch.finished` when it finished its batch's last task. `finishBatch` defers that batch check
+ * (a group commit runs them at its end). Null when `where` matched nothing (nothing emitted).
+ */
+export async function applyTaskChange(
+  tx: Db,
+  ev: EmittedEvents,
+  where: SQL | undefined,
+  patch: Partial<typeof tasks.$inferInsert>,
+  opts: { progressOnly?: boolean; now: number; finishBatch?: (batchId: string) => void },
+): Promise<{ row: TaskRow; task: Task } | null> {
   const [row] = await tx
     .update(tasks)
     .set({ ...patch, updatedAt: opts.now })
-    .where(eq(tasks.id, id))
+    .where(where)
     .returning();
-  const task = toTask(row!);
+  if (!row) return null;
+  const task = toTask(row);
   await ev.emit({
     event: 'task.updated',
     data: taskEventData(task),
@@ -251,9 +269,11 @@ export async function saveTaskChange(
     progressOnly: opts.progressOnly ?? false,
     now: opts.now,
   });
-  if (patch.status && isDoneStatus(patch.status) && task.batch)
-    await finishBatchIfDone(tx, ev, task.batch, opts.now);
-  return task;
+  if (patch.status && isDoneStatus(patch.status) && task.batch) {
+    if (opts.finishBatch) opts.finishBatch(task.batch);
+    else await finishBatchIfDone(tx, ev, task.batch, opts.now);
+  }
+  return { row, task };
 }
 
 /**
