@@ -1,18 +1,15 @@
 import { Command } from 'commander';
-import pino, { type Logger } from 'pino';
 import { AgentConfigError, parseAgentConfig } from '../agent/src/config.ts';
 import type { FleetAgent } from '../agent/src/fleet-agent.ts';
 import { ConfigError, type ControlPlaneConfig, parseConfig } from '../control-plane/src/config/config.ts';
 import type { RunningControlPlane } from '../control-plane/src/control-plane.ts';
 import { VERSION } from '../control-plane/src/version.ts';
+import { EXIT_CONFIG, makeLogger, onSignals, runAgent } from './agent-main.ts';
 
 // The heavy parts are imported by the subcommand that needs them: an agent on an encode box does not
 // load the database, broker and HTTP stacks (seconds of start-up on a small machine).
 const loadControlPlane = () => import('../control-plane/src/control-plane.ts');
 const loadAgent = () => import('../agent/src/fleet-agent.ts');
-
-/** Exit code for an invalid configuration (CONTRACT/issue: one line naming the variable, exit 2). */
-const EXIT_CONFIG = 2;
 
 function configOrExit<T>(parse: () => T): T {
   try {
@@ -24,47 +21,6 @@ function configOrExit<T>(parse: () => T): T {
     }
     throw err;
   }
-}
-
-const makeLogger = (level: string): Logger =>
-  pino({
-    level,
-    redact: {
-      paths: ['token', 'password', 'secret', '*.token', '*.password', '*.secret', 'headers.authorization'],
-      censor: '[redacted]',
-    },
-  });
-
-/**
- * SIGTERM/SIGINT once: stop claiming, let running tasks finish, stop. Twice: kill running work and
- * hand it back to the queue, then stop.
- */
-function onSignals(logger: Logger, graceful: () => Promise<void>, forced: () => Promise<void>): void {
-  let count = 0;
-  const handle = (sig: string) => {
-    count += 1;
-    if (count === 1) {
-      logger.info(
-        { signal: sig },
-        'shutting down: running tasks finish first (signal again to hand them back)',
-      );
-      graceful().then(
-        () => process.exit(0),
-        (err) => {
-          logger.error({ err }, 'shutdown failed');
-          process.exit(1);
-        },
-      );
-    } else if (count === 2) {
-      logger.warn({ signal: sig }, 'forced shutdown: running tasks are handed back');
-      forced().then(
-        () => process.exit(0),
-        () => process.exit(1),
-      );
-    } else process.exit(1);
-  };
-  process.on('SIGTERM', () => handle('SIGTERM'));
-  process.on('SIGINT', () => handle('SIGINT'));
 }
 
 async function runControlPlane(withLocalAgent: boolean): Promise<void> {
@@ -114,23 +70,6 @@ async function runControlPlane(withLocalAgent: boolean): Promise<void> {
   );
 }
 
-async function runAgent(): Promise<void> {
-  const config = configOrExit(() => parseAgentConfig(process.env));
-  const logger = makeLogger(config.logLevel);
-  const { FleetAgent } = await loadAgent();
-  const agent = new FleetAgent({ config, logger, version: VERSION });
-  await agent.start();
-  logger.info({ agent: config.name, broker: config.mqttUrl, slots: config.slots }, 'agent started');
-  onSignals(
-    logger,
-    async () => {
-      await agent.drain();
-      await agent.stop();
-    },
-    () => agent.stop({ flushMs: 2_000 }),
-  );
-}
-
 const program = new Command()
   .name('ffleet')
   .description('Media transcoding task service: control plane and encode-box agents')
@@ -146,6 +85,6 @@ program
 program
   .command('agent')
   .description('an agent for an encode box')
-  .action(() => runAgent());
+  .action(() => runAgent(VERSION));
 
 await program.parseAsync(process.argv);

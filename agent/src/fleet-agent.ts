@@ -10,6 +10,7 @@ import {
   type RunningTask,
   type TaskPatch,
   TaskReport,
+  type WatchfolderAssignment,
 } from '@ffleet/shared';
 import type { Logger } from 'pino';
 import type { AgentConfig } from './config.ts';
@@ -24,14 +25,21 @@ import {
 } from './runner/index.ts';
 import { AgentSession, type BirthInfo } from './session/agent-session.ts';
 import type { SubmitResult, WatchFile, WatchState } from './watch/watch-scanner.ts';
-import { WatchSupervisor } from './watch/watch-supervisor.ts';
+import type { WatchSupervisor } from './watch/watch-supervisor.ts';
 
 /** Even without a work hint, an agent with free slots asks for work this often (a lost hint costs at most this). */
 const CLAIM_POLL_MS = 2_000;
 /** A claim request unanswered this long is given up (the next poll asks again). */
 const CLAIM_TIMEOUT_MS = 5_000;
-/** How long a watchfolder file submission waits for the control plane's commit. */
+/**
+ * How long a watchfolder file submission waits for the control plane's commit once its request is no
+ * longer in the outbox (i.e. it could not be stored). While it is stored the session resends it until
+ * answered, so the wait goes on (up to WATCH_SUBMIT_MAX_WAIT_MS): under a burst the control plane may
+ * take longer than this to reach it, and giving up would only submit the file again behind the backlog.
+ */
 const WATCH_SUBMIT_TIMEOUT_MS = 15_000;
+/** A stored submission unanswered this long is given up (the file is submitted again at a later scan). */
+const WATCH_SUBMIT_MAX_WAIT_MS = 10 * 60_000;
 /** Watch scan state (lastCheck/error) is sent at most this often per folder unless the error changes. */
 const WATCH_STATE_EVERY_MS = 2_000;
 
@@ -66,6 +74,11 @@ export class FleetAgent {
   #draining = false;
   #refused = '';
   #claimPending: string | null = null;
+  /** A reason to claim (hint, freed slot, config) came while a claim was pending: claim again on its answer. */
+  #claimAgain = false;
+  /** The latest assigned watchfolders; the watch code is loaded only once there is one. */
+  #watchAssigned: readonly WatchfolderAssignment[] = [];
+  #watchLoading: Promise<void> | null = null;
   #claimTimer: NodeJS.Timeout | null = null;
   #pollTimer: NodeJS.Timeout | null = null;
   #lastState = new Map<string, { at: number; error: string }>();
@@ -118,11 +131,6 @@ export class FleetAgent {
     session.on('connection', (up) => {
       if (up) this.#claim();
     });
-    this.#watch = new WatchSupervisor({
-      submit: (f) => this.#submitWatchFile(f),
-      onState: (s) => this.#onWatchState(s),
-      logger: this.#log,
-    });
     session.start();
     this.#pollTimer = setInterval(() => this.#claim(), CLAIM_POLL_MS);
     this.#pollTimer.unref();
@@ -131,7 +139,7 @@ export class FleetAgent {
   /** First SIGTERM: stop claiming, let running tasks finish, then leave. */
   async drain(): Promise<void> {
     this.#draining = true;
-    this.#watch?.apply([]);
+    this.#applyWatch([]);
     await Promise.allSettled([...this.#runs.values()].map((r) => r.done));
   }
 
@@ -150,6 +158,7 @@ export class FleetAgent {
     this.#draining = true;
     if (this.#pollTimer) clearInterval(this.#pollTimer);
     if (this.#claimTimer) clearTimeout(this.#claimTimer);
+    await this.#watchLoading;
     await this.#watch?.stopAll();
     await this.handBack();
     await Promise.allSettled([...this.#puts]);
@@ -240,15 +249,48 @@ export class FleetAgent {
 
   #claim(): void {
     const free = this.#free();
-    if (free <= 0 || this.#claimPending || !this.#session?.connected) return;
+    if (free <= 0 || !this.#session?.connected) return;
+    if (this.#claimPending) {
+      this.#claimAgain = true;
+      return;
+    }
+    this.#claimAgain = false;
     const requestId = randomUUID();
     this.#claimPending = requestId;
+    if (this.#claimTimer) clearTimeout(this.#claimTimer);
     this.#claimTimer = setTimeout(() => {
       if (this.#claimPending === requestId) this.#claimPending = null;
     }, CLAIM_TIMEOUT_MS);
+    // Through the session's ordered publisher: a claim made as a run ends leaves after that run's final
+    // report, so the control plane (which handles an agent's messages in order) already sees the slot free.
     void this.#session.request({ type: 'claim', requestId, max: free }, { durable: false }).then((r) => {
       if (!r.ok && this.#claimPending === requestId) this.#claimPending = null;
     });
+  }
+
+  #applyWatch(list: readonly WatchfolderAssignment[]): void {
+    this.#watchAssigned = list;
+    if (this.#watch) {
+      this.#watch.apply(list);
+      return;
+    }
+    if (list.length === 0 || this.#watchLoading || this.#draining) return;
+    // Loaded on first use: most agents never scan a watchfolder, and the code (with chokidar) costs RSS.
+    this.#watchLoading = import('./watch/watch-supervisor.ts').then(
+      ({ WatchSupervisor }) => {
+        if (this.#draining) return;
+        this.#watch = new WatchSupervisor({
+          submit: (f) => this.#submitWatchFile(f),
+          onState: (s) => this.#onWatchState(s),
+          logger: this.#log,
+        });
+        this.#watch.apply(this.#watchAssigned);
+      },
+      (err: unknown) => {
+        this.#log.error({ err }, 'cannot load the watchfolder scanner');
+        this.#watchLoading = null; // the next config tries again
+      },
+    );
   }
 
   #onInbox(m: InboxMessage): void {
@@ -259,7 +301,7 @@ export class FleetAgent {
           if (this.#claimTimer) clearTimeout(this.#claimTimer);
         }
         for (const c of m.tasks) this.#startRun(c);
-        if (m.tasks.length > 0) this.#claim();
+        if (m.tasks.length > 0 || this.#claimAgain) this.#claim();
         return;
       }
       case 'task.cancel': {
@@ -276,7 +318,7 @@ export class FleetAgent {
         this.#slots = m.slots;
         this.#labels = m.labels;
         this.#paused = m.paused;
-        if (!this.#draining) this.#watch?.apply(m.watchfolders);
+        if (!this.#draining) this.#applyWatch(m.watchfolders);
         this.#claim();
         return;
       }
@@ -369,7 +411,11 @@ export class FleetAgent {
     const waiting = session.awaitResult(requestId, WATCH_SUBMIT_TIMEOUT_MS);
     const sent = await session.request(req, { durable: true });
     if (!sent.ok) return { ok: false, error: sent.error, retry: true };
-    const r = await waiting;
+    let r = await waiting;
+    const giveUpAt = Date.now() + WATCH_SUBMIT_MAX_WAIT_MS;
+    // Still stored (so still resent until answered): keep waiting rather than submit it again later.
+    while (!r.ok && r.error === 'timeout' && this.#outbox.has(requestId) && Date.now() < giveUpAt)
+      r = await session.awaitResult(requestId, WATCH_SUBMIT_TIMEOUT_MS);
     if (!r.ok) return { ok: false, error: `control plane did not answer (${r.error})`, retry: true };
     if (r.reply.type === 'request.result' && r.reply.ok) {
       const taskId = r.reply.taskId;

@@ -150,7 +150,8 @@ export class AgentSession extends EventEmitter<SessionEvents> {
     const payload = JSON.stringify(req);
     if (opts.durable) return this.sender.send(req.requestId, this.topic('requests'), payload);
     if (!this.ready || !this.client) return { ok: false, error: 'not connected to the broker' };
-    this.client.publish(this.topic('requests'), payload, { qos: 1 });
+    if (!this.sender.sendTransient(req.requestId, this.topic('requests'), payload))
+      return { ok: false, error: 'not connected to the broker' };
     return { ok: true };
   }
 
@@ -285,7 +286,7 @@ export class AgentSession extends EventEmitter<SessionEvents> {
         this.announce(this.client);
         // Entries published within the last second most likely reached the new subscription already;
         // duplicates would be harmless (seq dedup) but are noise.
-        this.resendStale(RESYNC_RESEND_OLDER_THAN_MS);
+        this.resendStale(RESYNC_RESEND_OLDER_THAN_MS, true);
         this.emitSafely('work');
       }
       return;
@@ -302,8 +303,8 @@ export class AgentSession extends EventEmitter<SessionEvents> {
     this.emitSafely('inbox', msg);
   }
 
-  private resendStale(olderThanMs: number): void {
-    const n = this.sender.resendStale(olderThanMs);
+  private resendStale(olderThanMs: number, all = false): void {
+    const n = this.sender.resendStale(olderThanMs, { all });
     if (n) this.logger.info({ entries: n }, 'resent unacknowledged outbox entries');
   }
 

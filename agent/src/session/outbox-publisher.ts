@@ -10,6 +10,8 @@ interface PendingSend {
   payload: string;
   done: boolean;
   stored: boolean;
+  /** Never stored nor resent (e.g. a claim): published in call order, or dropped while offline. */
+  transient: boolean;
 }
 
 /**
@@ -26,6 +28,9 @@ export class OutboxPublisher {
   /** Keys still in `pending` (a count, since a key may be sent twice). */
   private readonly pendingKeys = new Map<string, number>();
   private readonly sentAt = new Map<string, number>();
+  /** When the newest entry the control plane acknowledged was (last) sent; see `resendStale`. */
+  private newestAckedSentAt = 0;
+  private lastAckAt = 0;
   private online = false;
 
   constructor(opts: { outbox: Outbox; logger: Logger; publish: PublishFn }) {
@@ -36,7 +41,7 @@ export class OutboxPublisher {
 
   /** Store and publish; `ok: false` means not on disk (then sent best-effort if online, else lost). */
   async send(key: string, topic: string, payload: string): Promise<PutResult> {
-    const p: PendingSend = { key, topic, payload, done: false, stored: false };
+    const p: PendingSend = { key, topic, payload, done: false, stored: false, transient: false };
     this.pending.push(p);
     this.pendingKeys.set(key, (this.pendingKeys.get(key) ?? 0) + 1);
     let result: PutResult;
@@ -49,6 +54,18 @@ export class OutboxPublisher {
     p.stored = result.ok;
     this.drain();
     return result;
+  }
+
+  /**
+   * Publish without storing, in call order behind sends still being stored (a claim made as a run ends
+   * must not overtake that run's final report). False when offline: nothing is sent.
+   */
+  sendTransient(key: string, topic: string, payload: string): boolean {
+    if (!this.online) return false;
+    this.pending.push({ key, topic, payload, done: true, stored: false, transient: true });
+    this.pendingKeys.set(key, (this.pendingKeys.get(key) ?? 0) + 1);
+    this.drain();
+    return true;
   }
 
   /**
@@ -66,15 +83,32 @@ export class OutboxPublisher {
     this.online = false;
   }
 
-  /** Publish again what was sent more than `olderThanMs` ago and is still unacknowledged. */
-  resendStale(olderThanMs: number): number {
+  /**
+   * Publish again what was sent more than `olderThanMs` ago and is still unacknowledged. The control
+   * plane handles an agent's messages in order, so while it keeps acknowledging, only entries sent
+   * before the newest acknowledged one can have been lost; later ones are just queued behind a backlog
+   * there (a burst of watch.file requests), and resending them would only deepen it. When it has
+   * acknowledged nothing for `olderThanMs`, everything stale goes again; `all` skips that reasoning
+   * (the control plane restarted: whatever it had not acknowledged may be lost).
+   */
+  resendStale(olderThanMs: number, opts: { all?: boolean } = {}): number {
     if (!this.online) return 0;
     const cutoff = Date.now() - olderThanMs;
-    return this.replay((key) => !this.pendingKeys.has(key) && (this.sentAt.get(key) ?? 0) < cutoff);
+    const flowing = !opts.all && this.lastAckAt >= cutoff;
+    return this.replay((key) => {
+      if (this.pendingKeys.has(key)) return false;
+      const at = this.sentAt.get(key) ?? 0;
+      return at < cutoff && (!flowing || at < this.newestAckedSentAt);
+    });
   }
 
   /** The control plane has it: forget the entry. */
   acknowledge(key: string): void {
+    const at = this.sentAt.get(key);
+    if (at !== undefined) {
+      this.newestAckedSentAt = Math.max(this.newestAckedSentAt, at);
+      this.lastAckAt = Date.now();
+    }
     this.sentAt.delete(key);
     this.outbox
       .ack(key)
@@ -90,6 +124,10 @@ export class OutboxPublisher {
       else this.pendingKeys.delete(p.key);
       // Offline: a stored entry is replayed by goOnline; an unstored one cannot be.
       if (!this.online) continue;
+      if (p.transient) {
+        this.publish(p.topic, p.payload, p.key);
+        continue;
+      }
       if (p.stored && !this.outbox.has(p.key)) continue;
       this.emit(p.key, p.topic, p.payload);
     }

@@ -1,0 +1,75 @@
+// The `ffleet agent` subcommand, kept apart from bin/ffleet.ts so bin/ffleet.js can run it from a
+// bundle without the tsx loader and without commander or the control plane's modules (agent RSS).
+import pino, { type Logger } from 'pino';
+import { AgentConfigError, parseAgentConfig } from '../agent/src/config.ts';
+
+/** Exit code for an invalid configuration (CONTRACT/issue: one line naming the variable, exit 2). */
+export const EXIT_CONFIG = 2;
+
+export const makeLogger = (level: string): Logger =>
+  pino({
+    level,
+    redact: {
+      paths: ['token', 'password', 'secret', '*.token', '*.password', '*.secret', 'headers.authorization'],
+      censor: '[redacted]',
+    },
+  });
+
+/**
+ * SIGTERM/SIGINT once: stop claiming, let running tasks finish, stop. Twice: kill running work and
+ * hand it back to the queue, then stop.
+ */
+export function onSignals(logger: Logger, graceful: () => Promise<void>, forced: () => Promise<void>): void {
+  let count = 0;
+  const handle = (sig: string) => {
+    count += 1;
+    if (count === 1) {
+      logger.info(
+        { signal: sig },
+        'shutting down: running tasks finish first (signal again to hand them back)',
+      );
+      graceful().then(
+        () => process.exit(0),
+        (err) => {
+          logger.error({ err }, 'shutdown failed');
+          process.exit(1);
+        },
+      );
+    } else if (count === 2) {
+      logger.warn({ signal: sig }, 'forced shutdown: running tasks are handed back');
+      forced().then(
+        () => process.exit(0),
+        () => process.exit(1),
+      );
+    } else process.exit(1);
+  };
+  process.on('SIGTERM', () => handle('SIGTERM'));
+  process.on('SIGINT', () => handle('SIGINT'));
+}
+
+/** `ffleet agent`: one agent for this box, configured from the environment. */
+export async function runAgent(version: string): Promise<void> {
+  let config: ReturnType<typeof parseAgentConfig>;
+  try {
+    config = parseAgentConfig(process.env);
+  } catch (err) {
+    if (err instanceof AgentConfigError) {
+      process.stderr.write(`ffleet: ${err.message}\n`);
+      process.exit(EXIT_CONFIG);
+    }
+    throw err;
+  }
+  const logger = makeLogger(config.logLevel);
+  const { FleetAgent } = await import('../agent/src/fleet-agent.ts');
+  const agent = new FleetAgent({ config, logger, version });
+  await agent.start();
+  logger.info({ agent: config.name, broker: config.mqttUrl, slots: config.slots }, 'agent started');
+  onSignals(
+    logger,
+    async () => {
+      await agent.drain();
+      await agent.stop();
+    },
+    () => agent.stop({ flushMs: 2_000 }),
+  );
+}
