@@ -35,9 +35,9 @@ export type ClaimOptions = {
   limit: number;
   /** How long the claim holds the row: attempt timeout plus a margin to record it. */
   leaseMs: number;
-  /** Concurrent attempts allowed per URL on this dispatcher. */
+  /** Rows this dispatcher may hold per URL (in flight or claimed ahead, see the dispatcher's PREFETCH). */
   perUrlLimit: number;
-  /** Attempts this dispatcher already has in flight, by URL. */
+  /** Rows this dispatcher already holds (in flight or claimed ahead), by URL. */
   inFlightByUrl: Record<string, number>;
 };
 

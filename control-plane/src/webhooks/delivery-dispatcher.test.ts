@@ -10,6 +10,7 @@ import {
   listDeliveries,
   listExecutions,
   newDispatcher,
+  sleep,
   taskData,
   USER_AGENT,
   waitUntil,
@@ -246,6 +247,24 @@ describe.each(dbKinds)('DeliveryDispatcher on %s', (kind) => {
     next.start();
     await receiver.waitFor(2, 2_000);
     await waitUntil(async () => (await listDeliveries(db))[0]?.state === 'delivered');
+  });
+
+  it('claims ahead of its URL cap without sending more than the cap, and gives the rows back on stop', async () => {
+    const { receiver, dispatcher } = await setup(() => {}, { perUrlConcurrency: 2, concurrency: 4 });
+    await addWebhook(db, { event: 'task.deleted', url: receiver.url });
+    for (let i = 0; i < 6; i++) await emit(db, { event: 'task.deleted', data: { taskId: `t${i}` } });
+    dispatcher.start();
+    await receiver.waitFor(2);
+    // Two in flight (the cap) and two more claimed ahead, leased but not sent; two left unclaimed.
+    await waitUntil(async () => (await listDeliveries(db)).filter((d) => d.lockedUntil > 0).length === 4);
+    await sleep(200);
+    expect(receiver.received).toHaveLength(2);
+    expect(receiver.maxConcurrent).toBe(2);
+    await dispatcher.stop(0);
+    expect(await listExecutions(db)).toHaveLength(0);
+    expect((await listDeliveries(db)).map((d) => [d.state, d.attempts, d.lockedUntil])).toEqual(
+      Array.from({ length: 6 }, () => ['pending', 0, 0]),
+    );
   });
 
   it("a crashed replica's claimed delivery becomes due when its lease runs out", async () => {

@@ -20,13 +20,24 @@ export const BLOCKED_RECHECK_MS = 1_000;
  * new rows into one claim instead of running a claim per commit, for at most this much added latency.
  */
 export const MIN_CLAIM_GAP_MS = 5;
-/** Attempts in flight per dispatcher. */
-export const DEFAULT_CONCURRENCY = 64;
+/**
+ * Attempts in flight per dispatcher. Delivery is round-trip bound (claim, POST, record), so the rate to
+ * one receiver is about its slots divided by the time a slot stays busy; on a loaded machine that time
+ * grows to tens of milliseconds, and 32 slots per URL capped a single receiver at a few hundred per
+ * second (bench:webhooks). In-flight attempts cost little: a kept-alive socket and a small buffer each.
+ */
+export const DEFAULT_CONCURRENCY = 128;
 /**
  * Attempts in flight per URL: half the slots, so one slow receiver never holds them all, while one
  * busy receiver still gets enough parallel requests to keep up with a high event rate.
  */
-export const DEFAULT_PER_URL_CONCURRENCY = 32;
+export const DEFAULT_PER_URL_CONCURRENCY = 64;
+/**
+ * Rows claimed ahead per URL, as a multiple of its in-flight cap (and of the dispatcher's): while one
+ * batch of attempts is in flight, the next is already claimed, so a slot that frees up is refilled at
+ * once instead of after a claim round trip (which on a busy database takes as long as the POST itself).
+ */
+export const PREFETCH = 2;
 /** Lease beyond the attempt timeout: time to record the attempt, plus clock skew between replicas. */
 export const LEASE_MARGIN_MS = 15_000;
 /** How long stop() lets in-flight attempts finish before abandoning them (their rows are released). */
@@ -39,11 +50,14 @@ export type DeliveryDispatcherOptions = {
   timeoutMs: number;
   /** `User-Agent` header, e.g. `ffleet/${VERSION}`. */
   userAgent: string;
+  /** Send with this instead of the built-in HTTP client (tests). */
   fetch?: typeof fetch;
   /** Unix milliseconds; the same clock writeEvent() uses. */
   clock?: () => number;
   concurrency?: number;
   perUrlConcurrency?: number;
+  /** Claim ahead: rows claimed per URL (and per dispatcher) as a multiple of the in-flight caps; 1 = none. */
+  prefetch?: number;
   pollIntervalMs?: number;
   /** Called after each recorded attempt (metrics). */
   onAttempt?: (success: boolean) => void;
@@ -75,12 +89,19 @@ function dbError(e: unknown): string {
  * attempt and schedules retries. Several dispatchers (replicas) may share one database.
  */
 export class DeliveryDispatcher {
-  readonly #o: Required<Omit<DeliveryDispatcherOptions, 'onAttempt'>> &
-    Pick<DeliveryDispatcherOptions, 'onAttempt'>;
+  readonly #o: Required<Omit<DeliveryDispatcherOptions, 'onAttempt' | 'fetch'>> &
+    Pick<DeliveryDispatcherOptions, 'onAttempt' | 'fetch'>;
   readonly #log: Logger;
   readonly #recorder: AttemptRecorder;
   readonly #inFlight = new Map<string, InFlight>();
   readonly #perUrl = new Map<string, number>();
+  /**
+   * Claimed ahead, waiting for a slot of their URL (see PREFETCH): sent as soon as an attempt of that URL
+   * ends, without waiting for another claim round trip. Leased like the rows in flight.
+   */
+  readonly #ready: ClaimedDelivery[] = [];
+  /** Claimed rows (in flight or ready) by URL: what the claim must count against the URL's room. */
+  readonly #claimedPerUrl = new Map<string, number>();
   readonly #recording = new Set<Promise<void>>();
   #state: 'idle' | 'running' | 'stopped' = 'idle';
   #claiming: Promise<void> | null = null;
@@ -98,11 +119,13 @@ export class DeliveryDispatcher {
   constructor(opts: DeliveryDispatcherOptions) {
     this.#o = {
       ...opts,
-      // Wrapped: fetch must not be called with the options object as `this`.
-      fetch: opts.fetch ?? ((input, init) => globalThis.fetch(input, init)),
+      // Wrapped: fetch must not be called with the options object as `this`. Without one, sendWebhook
+      // uses its built-in keep-alive client.
+      fetch: opts.fetch && ((input, init) => opts.fetch!(input, init)),
       clock: opts.clock ?? Date.now,
       concurrency: opts.concurrency ?? DEFAULT_CONCURRENCY,
       perUrlConcurrency: opts.perUrlConcurrency ?? DEFAULT_PER_URL_CONCURRENCY,
+      prefetch: Math.max(1, opts.prefetch ?? PREFETCH),
       pollIntervalMs: opts.pollIntervalMs ?? POLL_INTERVAL_MS,
     };
     this.#log = opts.logger.child({ component: 'webhook-dispatcher' });
@@ -160,6 +183,10 @@ export class DeliveryDispatcher {
     for (const t of this.#retryTimers) clearTimeout(t);
     this.#retryTimers.clear();
     await this.#claiming;
+    // Rows claimed ahead were never attempted: give them back, due again at once.
+    const ready = this.#ready.splice(0);
+    for (const d of ready) this.#uncount(d);
+    await Promise.allSettled(ready.map((d) => releaseDelivery(this.#o.database, d)));
     const all = () => Promise.allSettled([...this.#inFlight.values()].map((f) => f.done));
     let grace: NodeJS.Timeout | undefined;
     await Promise.race([all(), new Promise((r) => (grace = setTimeout(r, graceMs)))]);
@@ -182,7 +209,7 @@ export class DeliveryDispatcher {
   async #claimLoop(): Promise<void> {
     for (;;) {
       this.#claimAgain = false;
-      const free = this.#o.concurrency - this.#inFlight.size;
+      const free = this.#o.concurrency * this.#o.prefetch - this.#inFlight.size - this.#ready.length;
       if (free <= 0) return;
       const now = this.#o.clock();
       this.#lastClaimAt = performance.now();
@@ -196,8 +223,8 @@ export class DeliveryDispatcher {
           now,
           limit: free,
           leaseMs: this.#o.timeoutMs + LEASE_MARGIN_MS,
-          perUrlLimit: this.#o.perUrlConcurrency,
-          inFlightByUrl: Object.fromEntries(this.#perUrl),
+          perUrlLimit: this.#o.perUrlConcurrency * this.#o.prefetch,
+          inFlightByUrl: Object.fromEntries(this.#claimedPerUrl),
         });
       } catch (e) {
         // Database unreachable or closing: the poll tries again; leases protect anything half-claimed.
@@ -212,9 +239,44 @@ export class DeliveryDispatcher {
         await Promise.allSettled(claimed.map((d) => releaseDelivery(this.#o.database, d)));
         return;
       }
-      for (const d of claimed) this.#launch(d);
+      for (const d of claimed) {
+        this.#claimedPerUrl.set(d.url, (this.#claimedPerUrl.get(d.url) ?? 0) + 1);
+        this.#ready.push(d);
+      }
+      this.#pump();
       if (claimed.length < free && !this.#claimAgain) return;
     }
+  }
+
+  #uncount(d: ClaimedDelivery): void {
+    const n = (this.#claimedPerUrl.get(d.url) ?? 1) - 1;
+    if (n > 0) this.#claimedPerUrl.set(d.url, n);
+    else this.#claimedPerUrl.delete(d.url);
+  }
+
+  /**
+   * Start the ready rows that have a slot (dispatcher and URL caps), oldest first. A row that waited
+   * so long that its lease no longer covers a whole attempt plus recording is given back instead.
+   */
+  #pump(): void {
+    if (this.#ready.length === 0 || this.#state !== 'running') return;
+    const now = this.#o.clock();
+    let kept = 0;
+    for (const d of this.#ready) {
+      if (this.#inFlight.size >= this.#o.concurrency) {
+        this.#ready[kept++] = d;
+      } else if (d.lease - now < this.#o.timeoutMs + LEASE_MARGIN_MS / 2) {
+        this.#uncount(d);
+        releaseDelivery(this.#o.database, d).catch((e) =>
+          this.#log.warn({ deliveryId: d.id, err: dbError(e) }, 'releasing a delivery failed'),
+        );
+      } else if ((this.#perUrl.get(d.url) ?? 0) < this.#o.perUrlConcurrency) {
+        this.#launch(d);
+      } else {
+        this.#ready[kept++] = d;
+      }
+    }
+    this.#ready.length = kept;
   }
 
   /**
@@ -235,6 +297,8 @@ export class DeliveryDispatcher {
         const n = (this.#perUrl.get(d.url) ?? 1) - 1;
         if (n > 0) this.#perUrl.set(d.url, n);
         else this.#perUrl.delete(d.url);
+        this.#uncount(d);
+        this.#pump();
         if (finished) {
           const recording = this.#record(finished).finally(() => this.#recording.delete(recording));
           this.#recording.add(recording);

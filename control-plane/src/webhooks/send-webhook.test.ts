@@ -1,3 +1,4 @@
+import { createServer as createHttpServer } from 'node:http';
 import { createServer } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { type Respond, TestReceiver } from '../../../test/webhooks/receiver.ts';
@@ -14,19 +15,6 @@ async function receiver(respond: Respond) {
   return r;
 }
 
-const send = (url: string, o: Partial<SendWebhookOptions> = {}) =>
-  sendWebhook({
-    url,
-    eventId: '7c1a8f3e-0000-4000-8000-000000000001',
-    body: '{"id":"7c1a8f3e-0000-4000-8000-000000000001","event":"task.created"}',
-    secret: null,
-    userAgent: 'ffleet/test',
-    timeoutMs: 2_000,
-    fetch: (i, init) => fetch(i, init),
-    now: Date.now,
-    ...o,
-  });
-
 /** A free loopback port nobody listens on. */
 async function closedPort(): Promise<number> {
   const s = createServer();
@@ -36,99 +24,159 @@ async function closedPort(): Promise<number> {
   return port;
 }
 
-describe('sendWebhook', () => {
-  it('reads at most 64 KiB of a huge response body and does not wait for the rest', async () => {
-    const r = await receiver((_req, res) => {
-      res.writeHead(200, { 'content-type': 'application/octet-stream' });
-      const chunk = Buffer.alloc(1024 * 1024, 'a');
-      let sent = 0;
-      // 200 MiB, written as fast as the socket drains; we must stop reading long before the end.
-      const pump = () => {
-        while (sent < 200 && res.write(chunk)) sent++;
-        if (sent < 200) res.once('drain', pump);
-        else res.end();
-      };
-      pump();
+/** Both clients: the built-in node:http one (the dispatcher's default) and an injected fetch. */
+const clients = [
+  ['node:http', undefined],
+  ['fetch', (i: string | URL | Request, init?: RequestInit) => fetch(i, init)],
+] as const;
+
+describe.each(clients)('sendWebhook via %s', (_name, client) => {
+  const send = (url: string, o: Partial<SendWebhookOptions> = {}) =>
+    sendWebhook({
+      url,
+      eventId: '7c1a8f3e-0000-4000-8000-000000000001',
+      body: '{"id":"7c1a8f3e-0000-4000-8000-000000000001","event":"task.created"}',
+      secret: null,
+      userAgent: 'ffleet/test',
+      timeoutMs: 2_000,
+      fetch: client,
+      now: Date.now,
+      ...o,
     });
-    const t0 = Date.now();
-    const result = await send(r.url);
-    expect(Date.now() - t0).toBeLessThan(1_500);
-    expect(result.ok).toBe(true);
-    expect(result.response?.body.length).toBe(MAX_RESPONSE_BODY_BYTES);
+
+  describe('sendWebhook', () => {
+    it('reads at most 64 KiB of a huge response body and does not wait for the rest', async () => {
+      const r = await receiver((_req, res) => {
+        res.writeHead(200, { 'content-type': 'application/octet-stream' });
+        const chunk = Buffer.alloc(1024 * 1024, 'a');
+        let sent = 0;
+        // 200 MiB, written as fast as the socket drains; we must stop reading long before the end.
+        const pump = () => {
+          while (sent < 200 && res.write(chunk)) sent++;
+          if (sent < 200) res.once('drain', pump);
+          else res.end();
+        };
+        pump();
+      });
+      const t0 = Date.now();
+      const result = await send(r.url);
+      expect(Date.now() - t0).toBeLessThan(1_500);
+      expect(result.ok).toBe(true);
+      expect(result.response?.body.length).toBe(MAX_RESPONSE_BODY_BYTES);
+    });
+
+    it('times out a slow-drip response: the timeout covers the body, partial body kept', async () => {
+      const r = await receiver((_req, res) => {
+        res.writeHead(200, { 'content-type': 'text/plain' });
+        const t = setInterval(() => res.write('x'), 50);
+        res.on('close', () => clearInterval(t));
+      });
+      const t0 = Date.now();
+      const result = await send(r.url, { timeoutMs: 400 });
+      expect(Date.now() - t0).toBeLessThan(1_000);
+      expect(result.ok).toBe(false);
+      if (result.ok) return;
+      expect(result.error).toBe('timeout after 400 ms');
+      expect(result.shutdown).toBe(false);
+      expect(result.response?.status).toBe(200);
+      expect(result.response?.body).toMatch(/^x+$/);
+    });
+
+    it('decodes a non-UTF-8 body with replacement characters', async () => {
+      const r = await receiver((_req, res) => {
+        res.writeHead(500);
+        res.end(Buffer.from([0x6f, 0x6b, 0xff, 0xfe, 0x00, 0xc3]));
+      });
+      const result = await send(r.url);
+      expect(result.ok).toBe(false);
+      expect(result.response).toMatchObject({ status: 500, body: 'ok\ufffd\ufffd\u0000\ufffd' });
+    });
+
+    it('does not follow redirects and records the 3xx as a failure', async () => {
+      const target = await receiver((_req, res) => {
+        res.end('should not be reached');
+      });
+      const r = await receiver((_req, res) => {
+        res.writeHead(307, { location: `${target.url}/elsewhere` });
+        res.end();
+      });
+      const result = await send(r.url);
+      expect(result.ok).toBe(false);
+      if (result.ok) return;
+      expect(result.error).toBe(`redirect not followed: HTTP 307 to ${target.url}/elsewhere`);
+      expect(result.response?.status).toBe(307);
+      expect(target.received).toHaveLength(0);
+    });
+
+    it('returns transport errors as values', async () => {
+      const refused = await send(`http://127.0.0.1:${await closedPort()}/hook`);
+      expect(refused).toMatchObject({ ok: false, permanent: false, response: null });
+      expect(refused.ok || refused.error).toMatch(/ECONNREFUSED/);
+
+      const unresolvable = await send('http://nonexistent.invalid/hook');
+      expect(unresolvable).toMatchObject({ ok: false, permanent: false, response: null });
+      expect(unresolvable.ok || unresolvable.error).toMatch(/ENOTFOUND|EAI_AGAIN/);
+    });
+
+    it('fails bad and non-http URLs permanently without sending anything', async () => {
+      expect(await send('not a url')).toMatchObject({
+        ok: false,
+        permanent: true,
+        error: 'invalid URL: not a url',
+      });
+      expect(await send('data:text/plain,hi')).toMatchObject({
+        ok: false,
+        permanent: true,
+        error: 'unsupported URL scheme data:',
+      });
+    });
+
+    it('stops at once when its signal is aborted and says so', async () => {
+      const r = await receiver(() => {});
+      const stop = new AbortController();
+      const pending = send(r.url, { signal: stop.signal, timeoutMs: 10_000 });
+      await r.waitFor(1);
+      stop.abort('dispatcher stopped');
+      expect(await pending).toMatchObject({ ok: false, shutdown: true, error: 'dispatcher stopped' });
+    });
+  });
+});
+
+describe('sendWebhook built-in client', () => {
+  const base = {
+    eventId: '7c1a8f3e-0000-4000-8000-000000000001',
+    body: '{}',
+    secret: null,
+    userAgent: 'ffleet/test',
+    timeoutMs: 2_000,
+    now: Date.now,
+  };
+
+  it('reuses one keep-alive connection for consecutive attempts to the same receiver', async () => {
+    const server = createHttpServer((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        res.writeHead(204);
+        res.end();
+      });
+    });
+    let connections = 0;
+    server.on('connection', () => connections++);
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const url = `http://127.0.0.1:${(server.address() as { port: number }).port}/hook`;
+    try {
+      for (let i = 0; i < 3; i++) expect(await sendWebhook({ ...base, url })).toMatchObject({ ok: true });
+      expect(connections).toBe(1);
+    } finally {
+      server.closeAllConnections();
+      await new Promise((r) => server.close(r));
+    }
   });
 
-  it('times out a slow-drip response: the timeout covers the body, partial body kept', async () => {
-    const r = await receiver((_req, res) => {
-      res.writeHead(200, { 'content-type': 'text/plain' });
-      const t = setInterval(() => res.write('x'), 50);
-      res.on('close', () => clearInterval(t));
-    });
-    const t0 = Date.now();
-    const result = await send(r.url, { timeoutMs: 400 });
-    expect(Date.now() - t0).toBeLessThan(1_000);
-    expect(result.ok).toBe(false);
-    if (result.ok) return;
-    expect(result.error).toBe('timeout after 400 ms');
-    expect(result.shutdown).toBe(false);
-    expect(result.response?.status).toBe(200);
-    expect(result.response?.body).toMatch(/^x+$/);
-  });
-
-  it('decodes a non-UTF-8 body with replacement characters', async () => {
-    const r = await receiver((_req, res) => {
-      res.writeHead(500);
-      res.end(Buffer.from([0x6f, 0x6b, 0xff, 0xfe, 0x00, 0xc3]));
-    });
-    const result = await send(r.url);
-    expect(result.ok).toBe(false);
-    expect(result.response).toMatchObject({ status: 500, body: 'ok\ufffd\ufffd\u0000\ufffd' });
-  });
-
-  it('does not follow redirects and records the 3xx as a failure', async () => {
-    const target = await receiver((_req, res) => {
-      res.end('should not be reached');
-    });
-    const r = await receiver((_req, res) => {
-      res.writeHead(307, { location: `${target.url}/elsewhere` });
-      res.end();
-    });
-    const result = await send(r.url);
-    expect(result.ok).toBe(false);
-    if (result.ok) return;
-    expect(result.error).toBe(`redirect not followed: HTTP 307 to ${target.url}/elsewhere`);
-    expect(result.response?.status).toBe(307);
-    expect(target.received).toHaveLength(0);
-  });
-
-  it('returns transport errors as values', async () => {
-    const refused = await send(`http://127.0.0.1:${await closedPort()}/hook`);
-    expect(refused).toMatchObject({ ok: false, permanent: false, response: null });
-    expect(refused.ok || refused.error).toMatch(/ECONNREFUSED/);
-
-    const unresolvable = await send('http://nonexistent.invalid/hook');
-    expect(unresolvable).toMatchObject({ ok: false, permanent: false, response: null });
-    expect(unresolvable.ok || unresolvable.error).toMatch(/ENOTFOUND|EAI_AGAIN/);
-  });
-
-  it('fails bad and non-http URLs permanently without sending anything', async () => {
-    expect(await send('not a url')).toMatchObject({
-      ok: false,
-      permanent: true,
-      error: 'invalid URL: not a url',
-    });
-    expect(await send('data:text/plain,hi')).toMatchObject({
-      ok: false,
-      permanent: true,
-      error: 'unsupported URL scheme data:',
-    });
-  });
-
-  it('stops at once when its signal is aborted and says so', async () => {
-    const r = await receiver(() => {});
-    const stop = new AbortController();
-    const pending = send(r.url, { signal: stop.signal, timeoutMs: 10_000 });
-    await r.waitFor(1);
-    stop.abort('dispatcher stopped');
-    expect(await pending).toMatchObject({ ok: false, shutdown: true, error: 'dispatcher stopped' });
+  it('words transport errors exactly as fetch does', async () => {
+    const url = `http://127.0.0.1:${await closedPort()}/hook`;
+    const viaNode = await sendWebhook({ ...base, url });
+    const viaFetch = await sendWebhook({ ...base, url, fetch: (i, init) => fetch(i, init) });
+    expect(viaNode.ok || viaNode.error).toBe(viaFetch.ok || viaFetch.error);
   });
 });

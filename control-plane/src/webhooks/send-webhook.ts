@@ -1,3 +1,5 @@
+import http from 'node:http';
+import https from 'node:https';
 import { signPayload } from './signature.ts';
 
 /** Response bodies are recorded up to this size; the rest is never read (a hostile receiver can't fill memory). */
@@ -33,7 +35,11 @@ export type SendWebhookOptions = {
   userAgent: string;
   /** Covers the whole attempt: connect, headers and body. */
   timeoutMs: number;
-  fetch: typeof fetch;
+  /**
+   * Send with this fetch instead of the built-in client (node:http with a keep-alive agent, several
+   * times cheaper in CPU per request than Node's fetch). Same results either way.
+   */
+  fetch?: typeof fetch;
   /** Aborted with reason SHUTDOWN when the dispatcher stops. */
   signal?: AbortSignal;
   now: () => number;
@@ -135,31 +141,28 @@ export async function sendWebhook(opts: SendWebhookOptions): Promise<AttemptResu
   const onStop = () => controller.abort(SHUTDOWN);
   opts.signal?.addEventListener('abort', onStop, { once: true });
   try {
-    let res: Response;
+    let res: RawResponse;
     try {
-      res = await opts.fetch(opts.url, {
-        method: 'POST',
-        headers: request.headers,
-        body: request.body,
-        redirect: 'manual',
-        signal: controller.signal,
-      });
+      const url = new URL(opts.url);
+      res =
+        opts.fetch || !nodeCanSend(url)
+          ? await viaFetch(opts.fetch ?? globalThis.fetch, opts.url, request, controller.signal)
+          : await viaNode(url, request, controller.signal);
     } catch (e) {
       return fail(describeError(e, controller.signal, opts.timeoutMs), null);
     }
-    const read = await readCapped(res);
     const response: WebhookResponse = {
       status: res.status,
-      headers: Object.fromEntries(res.headers),
+      headers: res.headers,
       // Invalid UTF-8 becomes U+FFFD instead of failing the record.
-      body: new TextDecoder('utf-8', { fatal: false }).decode(read.bytes),
+      body: new TextDecoder('utf-8', { fatal: false }).decode(res.bytes),
     };
-    if (read.error) return fail(describeError(read.error, controller.signal, opts.timeoutMs), response);
+    if (res.error) return fail(describeError(res.error, controller.signal, opts.timeoutMs), response);
     if (res.status >= 200 && res.status < 300) {
       return { ok: true, startedAt, request, response, durationMs: elapsed() };
     }
     if (res.status >= 300 && res.status < 400) {
-      const to = res.headers.get('location');
+      const to = res.headers.location;
       return fail(
         `redirect not followed: HTTP ${res.status}${to ? ` to ${to.slice(0, 500)}` : ''}`,
         response,
@@ -170,4 +173,122 @@ export async function sendWebhook(opts: SendWebhookOptions): Promise<AttemptResu
     clearTimeout(timer);
     opts.signal?.removeEventListener('abort', onStop);
   }
+}
+
+/** A response as far as it was read: at most MAX_RESPONSE_BODY_BYTES, and why reading stopped early. */
+type RawResponse = { status: number; headers: Record<string, string>; bytes: Buffer; error: unknown };
+
+async function viaFetch(
+  fetchFn: typeof fetch,
+  url: string,
+  request: WebhookRequest,
+  signal: AbortSignal,
+): Promise<RawResponse> {
+  const res = await fetchFn(url, {
+    method: 'POST',
+    headers: request.headers,
+    body: request.body,
+    redirect: 'manual',
+    signal,
+  });
+  const read = await readCapped(res);
+  return { status: res.status, headers: Object.fromEntries(res.headers), ...read };
+}
+
+/**
+ * Keep-alive agents shared by every attempt: connections to a receiver are reused across deliveries
+ * (a connection per attempt would cost a TCP handshake each). Idle connections are closed after
+ * 4 s, or earlier when the receiver announces a shorter `Keep-Alive: timeout`.
+ */
+const agents = {
+  'http:': new http.Agent({ keepAlive: true, timeout: 4_000 }),
+  'https:': new https.Agent({ keepAlive: true, timeout: 4_000 }),
+};
+
+/**
+ * Ports fetch refuses to connect to (WHATWG Fetch "bad port"); such URLs, and URLs with credentials
+ * (also refused by fetch), go through fetch so that every URL gets the same outcome either way.
+ */
+const BAD_PORTS = new Set([
+  1, 7, 9, 11, 13, 15, 17, 19, 20, 21, 22, 23, 25, 37, 42, 43, 53, 69, 77, 79, 87, 95, 101, 102, 103, 104,
+  109, 110, 111, 113, 115, 117, 119, 123, 135, 137, 139, 143, 161, 179, 389, 427, 465, 512, 513, 514, 515,
+  526, 530, 531, 532, 540, 548, 554, 556, 563, 587, 601, 636, 989, 990, 993, 995, 1719, 1720, 1723, 2049,
+  3659, 4045, 4190, 5060, 5061, 6000, 6566, 6665, 6666, 6667, 6668, 6669, 6679, 6697, 10080,
+]);
+
+const nodeCanSend = (url: URL) => !url.username && !url.password && !BAD_PORTS.has(Number(url.port));
+
+/** Node's header object, flattened like fetch's Headers (repeated values joined with ", "). */
+function flatHeaders(h: http.IncomingHttpHeaders): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(h)) {
+    if (v !== undefined) out[k] = Array.isArray(v) ? v.join(', ') : v;
+  }
+  return out;
+}
+
+/**
+ * POST with node:http(s): resolves once the response body is read (up to the cap) or reading it
+ * failed; rejects when no response arrived. `signal` aborts at any point (the socket is destroyed).
+ */
+function viaNode(url: URL, request: WebhookRequest, signal: AbortSignal): Promise<RawResponse> {
+  return new Promise((resolve, reject) => {
+    const body = Buffer.from(request.body);
+    let settle: ((error: unknown) => void) | null = null;
+    const req = (url.protocol === 'https:' ? https : http).request(
+      url,
+      {
+        method: 'POST',
+        headers: { ...request.headers, 'content-length': String(body.byteLength) },
+        agent: agents[url.protocol as 'http:' | 'https:'],
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        let total = 0;
+        let done = false;
+        settle = (error) => {
+          if (done) return;
+          done = true;
+          signal.removeEventListener('abort', onAbort);
+          const bytes = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
+          resolve({
+            status: res.statusCode ?? 0,
+            headers: flatHeaders(res.headers),
+            bytes: bytes.subarray(0, MAX_RESPONSE_BODY_BYTES),
+            error,
+          });
+        };
+        res.on('data', (chunk: Buffer) => {
+          chunks.push(chunk);
+          total += chunk.byteLength;
+          if (total >= MAX_RESPONSE_BODY_BYTES) {
+            // Enough: drop the connection rather than read (or wait for) the rest.
+            settle?.(null);
+            res.destroy();
+          }
+        });
+        res.on('end', () => settle?.(null));
+        // Worded as fetch words it, so the log reads the same whichever client sent.
+        const cutShort = () => new Error('terminated', { cause: new Error('other side closed') });
+        res.on('error', () => settle?.(cutShort()));
+        res.on('close', () => settle?.(res.complete ? null : cutShort()));
+      },
+    );
+    const onAbort = () => {
+      const e = signal.reason instanceof Error ? signal.reason : new Error(String(signal.reason));
+      req.destroy(e);
+      settle?.(e);
+    };
+    req.on('error', (e) => {
+      if (settle) settle(e);
+      else {
+        signal.removeEventListener('abort', onAbort);
+        // Worded as fetch words it: "fetch failed: connect ECONNREFUSED 127.0.0.1:9".
+        reject(new Error('fetch failed', { cause: e }));
+      }
+    });
+    if (signal.aborted) return onAbort();
+    signal.addEventListener('abort', onAbort, { once: true });
+    req.end(body);
+  });
 }
