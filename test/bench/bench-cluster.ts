@@ -181,7 +181,8 @@ export function startAgent(cp: ControlPlane, name: string, env: Record<string, s
   const dataDir = join(cp.dir, `agent-${name}`);
   mkdirSync(dataDir, { recursive: true });
   // BENCH_AGENT_ROOT: run agents from another checkout (A/B-test an agent change against this one).
-  const child = spawn(process.execPath, ['--import', 'tsx', 'bin/ffleet.ts', 'agent'], {
+  // As deployed (deploy/systemd): the bundled agent with a small young generation.
+  const child = spawn(process.execPath, ['--max-semi-space-size=1', 'bin/ffleet.js', 'agent'], {
     cwd: process.env.BENCH_AGENT_ROOT || ROOT,
     env: childEnv({
       MQTT_URL: cp.mqttUrl,

@@ -5,7 +5,7 @@ import { resolve } from 'node:path';
 
 /** Repository root: the `ffleet` bin and the tsx loader are resolved from there. */
 export const REPO_ROOT = resolve(import.meta.dirname, '../../..');
-const BIN = resolve(REPO_ROOT, 'bin/ffleet.ts');
+const BIN = resolve(REPO_ROOT, 'bin/ffleet.js');
 /** Output kept per child process (the tail is what a failing test needs). */
 const OUTPUT_LIMIT = 256 * 1024;
 /** How long a SIGTERMed child may take before it is SIGKILLed. */
@@ -195,10 +195,13 @@ export class ChildProcessHandle {
   }
 }
 
-/** Spawn `node --import tsx bin/ffleet.ts <command>` in its own process group with `env` on top. */
+/**
+ * Spawn `node bin/ffleet.js <command>` (the installed `ffleet` command: the agent from its bundle, the
+ * rest through tsx) in its own process group with `env` on top.
+ */
 export function spawnFfleet(command: string, env: Record<string, string>, label: string): ChildProcessHandle {
   const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !OWN_VARS.test(k)));
-  const proc = spawn(process.execPath, ['--import', 'tsx', BIN, command], {
+  const proc = spawn(process.execPath, [BIN, command], {
     cwd: REPO_ROOT,
     env: { ...base, ...env },
     detached: true,
