@@ -137,7 +137,8 @@ export async function startControlPlane(
     const retention = new RetentionSweeper({ database, logger });
     retention.start();
     stops.push(() => retention.stop());
-    const unsubscribe = bus.subscribe(() => dispatcher.wake());
+    // Deliveries written by another replica are found by the dispatcher's own poll.
+    const unsubscribe = bus.onDeliveries(() => dispatcher.wake());
     stops.push(async () => unsubscribe());
 
     const app = createApp({

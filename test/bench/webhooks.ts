@@ -202,7 +202,7 @@ async function loadProcess(): Promise<void> {
         const wait = m.rate > 0 ? t0 + (i * 1000) / m.rate - performance.now() : 0;
         if (wait > 0) await new Promise((r) => setTimeout(r, wait));
         const taskId = randomUUID();
-        const p = await database.db.transaction((tx) =>
+        const { payload: p } = await database.db.transaction((tx) =>
           writeEvent(tx as unknown as Db, {
             event: 'task.updated',
             taskId,

@@ -147,7 +147,11 @@ describe('agent faults', () => {
     expect(md5(target)).toBe(reference[clip4]);
     expect((await c.api.getTask(later.id)).status).toBe('QUEUED');
     // Its retained `offline` status left before it exited; the control plane applies it moments later.
-    await waitFor(async () => (await c.api.getAgent(agent.label))?.status === 'offline', 5_000, 'agent offline');
+    await waitFor(
+      async () => (await c.api.getAgent(agent.label))?.status === 'offline',
+      5_000,
+      'agent offline',
+    );
     await c.api.patch(`/api/v1/tasks/${later.id}/cancel`);
   }, 120_000);
 

@@ -33,7 +33,7 @@ export async function addWebhook(
 
 /** Emit one event in its own committed transaction (the outbox write the app does). */
 export function emit(database: Database, opts: EmitOptions): Promise<EventPayload> {
-  return database.db.transaction((tx) => writeEvent(tx as unknown as Db, opts));
+  return database.db.transaction(async (tx) => (await writeEvent(tx as unknown as Db, opts)).payload);
 }
 
 /** A task.updated event body as the app shapes it (enough for the dispatcher, which never looks inside). */

@@ -45,12 +45,16 @@ type RawClient =
 /**
  * Run a statement on `db`'s connection (or transaction) without drizzle's SQL builder: for hot
  * statements whose text is built once. Parameters must be encoded as drizzle encodes them for their
- * columns (`column.mapToDriverValue`); the result is not read.
+ * columns (`column.mapToDriverValue`). Returns how many rows the (outermost) statement wrote.
  */
-export async function execRaw(db: Db, stmt: RawStatement): Promise<void> {
+export async function execRaw(db: Db, stmt: RawStatement): Promise<number> {
   const client = (db as unknown as { session: { client: RawClient } }).session.client;
-  if ('unsafe' in client) await client.unsafe(stmt.text, stmt.params, { prepare: true });
-  else await client.query(stmt.text, stmt.params);
+  if ('unsafe' in client) {
+    const res = (await client.unsafe(stmt.text, stmt.params, { prepare: true })) as { count?: number };
+    return res.count ?? 0;
+  }
+  const res = (await client.query(stmt.text, stmt.params)) as { affectedRows?: number };
+  return res.affectedRows ?? 0;
 }
 
 async function rowsOf<T>(db: Db, query: SQL): Promise<T[]> {

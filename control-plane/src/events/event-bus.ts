@@ -18,4 +18,14 @@ export class EventBus {
     this.#emitter.on('event', listener);
     return () => this.#emitter.off('event', listener);
   }
+
+  /** A commit wrote webhook deliveries (the dispatcher's wake-up; most events write none). */
+  deliveriesWritten(): void {
+    this.#emitter.emit('deliveries');
+  }
+
+  onDeliveries(listener: () => void): () => void {
+    this.#emitter.on('deliveries', listener);
+    return () => this.#emitter.off('deliveries', listener);
+  }
 }

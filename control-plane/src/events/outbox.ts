@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { DirectWebhook, EventName, EventPayload } from '@ffleet/shared';
 import { type Db, execRaw, type RawStatement } from '../db/client.ts';
+import type { EventBus } from './event-bus.ts';
 
 export type EmitOptions = {
   event: EventName;
@@ -76,24 +77,38 @@ function payloadOf(opts: EmitOptions, now: number): EventPayload {
 
 /**
  * Write one event and its webhook deliveries in the caller's transaction (the outbox), in one
- * statement. Returns the payload to publish on the in-process bus once the transaction has committed.
+ * statement. Returns the payload to publish on the in-process bus once the transaction has committed,
+ * and how many deliveries the statement wrote.
  */
-export async function writeEvent(tx: Db, opts: EmitOptions, before?: RawStatement): Promise<EventPayload> {
+export async function writeEvent(
+  tx: Db,
+  opts: EmitOptions,
+  before?: RawStatement,
+): Promise<{ payload: EventPayload; deliveries: number }> {
   const now = opts.now ?? Date.now();
   const payload = payloadOf(opts, now);
-  await execRaw(tx, eventStatement(payload, opts, now, before));
-  return payload;
+  const deliveries = await execRaw(tx, eventStatement(payload, opts, now, before));
+  return { payload, deliveries };
 }
 
-/** Collects the payloads a transaction emitted; `flush` publishes them after commit. */
+/** Collects the payloads a transaction emitted; `publish` hands them to the bus after commit. */
 export class EmittedEvents {
   readonly items: EventPayload[] = [];
+  /** Webhook deliveries the emitted events wrote. */
+  deliveries = 0;
   constructor(private readonly tx: Db) {}
 
   /** `before`: data-modifying CTEs to run in the same statement (see eventStatement). */
   async emit(opts: EmitOptions, before?: RawStatement): Promise<EventPayload> {
-    const p = await writeEvent(this.tx, opts, before);
-    this.items.push(p);
-    return p;
+    const { payload, deliveries } = await writeEvent(this.tx, opts, before);
+    this.items.push(payload);
+    this.deliveries += deliveries;
+    return payload;
+  }
+
+  /** After the commit: publish every event, and say so when deliveries became due. */
+  publish(bus: EventBus): void {
+    for (const p of this.items) bus.publish(p);
+    if (this.deliveries > 0) bus.deliveriesWritten();
   }
 }

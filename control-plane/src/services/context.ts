@@ -45,6 +45,6 @@ export async function transact<T>(
     emitted = new EmittedEvents(tx as unknown as Db);
     return fn(tx as unknown as Db, emitted);
   });
-  for (const p of emitted?.items ?? []) ctx.bus.publish(p);
+  emitted?.publish(ctx.bus);
   return result;
 }

@@ -128,7 +128,7 @@ export async function createTask(
     if (!built.ok) throw new ValidationError('task is invalid', built.issues);
     const ev = new EmittedEvents(ctx.database.db);
     const task = await insertTask(ctx.database.db, ev, built.row);
-    for (const p of ev.items) ctx.bus.publish(p);
+    ev.publish(ctx.bus);
     ctx.fleet.workAvailable();
     return task;
   }
