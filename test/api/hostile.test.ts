@@ -7,9 +7,9 @@ import {
   WatchfolderCreate,
   WebhookCreate,
 } from '@ffleet/shared';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { z } from 'zod';
-import { createTestApp, type TestApp } from '../helpers/app.ts';
+import { useTestApp } from '../helpers/app.ts';
 import { createRandom, mutate, namesMutation } from './schema-mutator.ts';
 import { countRows, errorPaths, expectProblem, insertAgent, json, UNKNOWN_ID, VALID } from './support.ts';
 
@@ -29,14 +29,13 @@ const SEED = Number(process.env.FFLEET_FUZZ_SEED ?? 20240611);
  *   deeper than 64 levels are a 422 too, never a 500 or a silent change.
  */
 describe('hostile input', () => {
-  let t: TestApp;
   let presetId = '';
   let watchfolderId = '';
   let webhookId = '';
   let agentId = '';
 
+  const t = useTestApp();
   beforeAll(async () => {
-    t = await createTestApp();
     presetId = (await json(await t.call('POST', '/api/v1/presets', VALID.preset()), 201)).id;
     watchfolderId = (
       await json(await t.call('POST', '/api/v1/watchfolders', VALID.watchfolder(presetId)), 201)
@@ -44,7 +43,6 @@ describe('hostile input', () => {
     webhookId = (await json(await t.call('POST', '/api/v1/webhooks', VALID.webhook()), 201)).id;
     agentId = (await insertAgent(t.db, { name: 'fuzz-agent' })).id;
   }, 120_000);
-  afterAll(() => t.close());
 
   /** Maximal valid bodies: every optional field present, so every field can be mutated. */
   const seeds = () => {

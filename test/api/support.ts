@@ -4,14 +4,11 @@ import { randomUUID } from 'node:crypto';
 import { Problem } from '@ffleet/shared';
 import { type SQL, sql } from 'drizzle-orm';
 import { expect } from 'vitest';
-import { createApp } from '../../control-plane/src/api/app.ts';
-import { createMetrics } from '../../control-plane/src/api/metrics.ts';
 import type { Database } from '../../control-plane/src/db/client.ts';
 import { agents } from '../../control-plane/src/db/schema.ts';
 import type { FleetHooks } from '../../control-plane/src/services/context.ts';
-import { VERSION } from '../../control-plane/src/version.ts';
 import type { TestApp } from '../helpers/app.ts';
-import { testRedeliver } from '../helpers/app.ts';
+import { buildApp } from '../helpers/app.ts';
 
 /** Every table the API writes; hostile and failure tests assert none of them changed. */
 export const WRITTEN_TABLES = [
@@ -181,23 +178,5 @@ export function appVariant(
   t: TestApp,
   opts: { apiTokens?: string[]; remote?: () => string; bodyLimit?: number },
 ) {
-  const app = createApp({
-    ctx: t.ctx,
-    bus: t.bus,
-    metrics: createMetrics(t.db),
-    version: VERSION,
-    apiTokens: opts.apiTokens ?? [],
-    bodyLimit: opts.bodyLimit ?? 1024 * 1024,
-    redeliver: testRedeliver(t.db),
-    remoteAddress: opts.remote ?? (() => '127.0.0.1'),
-  });
-  const call = (method: string, path: string, body?: unknown, headers: Record<string, string> = {}) =>
-    Promise.resolve(
-      app.request(path, {
-        method,
-        headers: body === undefined ? headers : { 'Content-Type': 'application/json', ...headers },
-        body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
-      }),
-    );
-  return { app, call };
+  return buildApp(t.ctx, t.bus, t.db, opts);
 }

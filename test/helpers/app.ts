@@ -1,4 +1,5 @@
 import pino from 'pino';
+import { afterAll, beforeAll } from 'vitest';
 import { createApp } from '../../control-plane/src/api/app.ts';
 import { NotFoundError } from '../../control-plane/src/api/errors.ts';
 import { createMetrics } from '../../control-plane/src/api/metrics.ts';
@@ -19,9 +20,15 @@ export type TestApp = {
   close(): Promise<void>;
 };
 
-export async function createTestApp(
-  opts: { kind?: DbKind; apiTokens?: string[]; remote?: string; fleet?: FleetHooks; bodyLimit?: number } = {},
-): Promise<TestApp> {
+export type TestAppOptions = {
+  kind?: DbKind;
+  apiTokens?: string[];
+  remote?: string;
+  fleet?: FleetHooks;
+  bodyLimit?: number;
+};
+
+export async function createTestApp(opts: TestAppOptions = {}): Promise<TestApp> {
   const db = await openTestDatabase(opts.kind);
   const bus = new EventBus();
   const logger = pino({ level: 'silent' });
@@ -32,6 +39,57 @@ export async function createTestApp(
     fleet: opts.fleet ?? noFleet,
     now: () => Date.now(),
   };
+  const { app, call } = buildApp(ctx, bus, db, {
+    apiTokens: opts.apiTokens,
+    bodyLimit: opts.bodyLimit,
+    remote: () => opts.remote ?? '127.0.0.1',
+  });
+  return { app, ctx, db, bus, call, close: () => db.drop() };
+}
+
+/**
+ * The app of a test file: one fresh database made before its tests (beforeAll) and dropped after them
+ * (afterAll). The object stands for that app inside tests and hooks; touching it outside them (at
+ * collection time, before beforeAll ran) throws.
+ */
+export function useTestApp(opts: TestAppOptions = {}): TestApp {
+  let current: TestApp | undefined;
+  const app = (): TestApp => {
+    if (!current) throw new Error('useTestApp: the app exists only inside tests and hooks');
+    return current;
+  };
+  beforeAll(async () => {
+    current = await createTestApp(opts);
+  });
+  afterAll(() => current?.close());
+  return {
+    get app() {
+      return app().app;
+    },
+    get ctx() {
+      return app().ctx;
+    },
+    get db() {
+      return app().db;
+    },
+    get bus() {
+      return app().bus;
+    },
+    call: (...args) => app().call(...args),
+    close: () => app().close(),
+  };
+}
+
+/**
+ * An app over the given services with the JSON `call` helper; `createTestApp` and `appVariant` (more
+ * apps over one database) both build theirs here.
+ */
+export function buildApp(
+  ctx: ServiceContext,
+  bus: EventBus,
+  db: TestDatabase,
+  opts: { apiTokens?: string[]; remote?: () => string; bodyLimit?: number },
+): { app: ReturnType<typeof createApp>; call: TestApp['call'] } {
   const app = createApp({
     ctx,
     bus,
@@ -40,23 +98,17 @@ export async function createTestApp(
     apiTokens: opts.apiTokens ?? [],
     bodyLimit: opts.bodyLimit ?? 1024 * 1024,
     redeliver: testRedeliver(db),
-    remoteAddress: () => opts.remote ?? '127.0.0.1',
+    remoteAddress: opts.remote ?? (() => '127.0.0.1'),
   });
-  return {
-    app,
-    ctx,
-    db,
-    bus,
-    call: (method, path, body, headers = {}) =>
-      Promise.resolve(
-        app.request(path, {
-          method,
-          headers: body === undefined ? headers : { 'Content-Type': 'application/json', ...headers },
-          body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
-        }),
-      ),
-    close: () => db.drop(),
-  };
+  const call: TestApp['call'] = (method, path, body, headers = {}) =>
+    Promise.resolve(
+      app.request(path, {
+        method,
+        headers: body === undefined ? headers : { 'Content-Type': 'application/json', ...headers },
+        body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
+      }),
+    );
+  return { app, call };
 }
 
 /**

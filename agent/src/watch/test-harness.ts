@@ -1,9 +1,10 @@
 /** Test support for the watch scanner tests: real temp folders, recorded callbacks, polling waits. */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { WatchfolderAssignment } from '@ffleet/shared';
 import { pino } from 'pino';
+import { afterEach, beforeEach } from 'vitest';
 import {
   type SubmitResult,
   type WatchFile,
@@ -103,4 +104,41 @@ export class ScannerHarness {
   submitted(): string[] {
     return this.submits.map((s) => s.relativePath).sort();
   }
+}
+
+/**
+ * The per-test folders of a test file: before each test a fresh temp folder `tmp` and the watched
+ * folder `root` in it (`tmp/<sub>`, or `tmp` itself without `sub`); after each test every scanner made
+ * with `harness()` is stopped, then the folder is removed.
+ */
+export function useWatchFolder(opts: { sub?: string } = {}) {
+  let tmp = '';
+  let root = '';
+  let harnesses: ScannerHarness[] = [];
+  beforeEach(() => {
+    tmp = makeTempDir();
+    root = opts.sub === undefined ? tmp : join(tmp, opts.sub);
+    if (opts.sub !== undefined) mkdirSync(root);
+  });
+  afterEach(async () => {
+    await Promise.all(harnesses.map((h) => h.scanner.stop()));
+    harnesses = [];
+    removeDir(tmp);
+  });
+  return {
+    /** The test's temp folder (holds `root`; room for folders outside the watched one). */
+    get tmp(): string {
+      return tmp;
+    },
+    /** The watched folder. */
+    get root(): string {
+      return root;
+    },
+    /** A scanner harness that is stopped after the test. */
+    harness(...args: ConstructorParameters<typeof ScannerHarness>): ScannerHarness {
+      const h = new ScannerHarness(...args);
+      harnesses.push(h);
+      return h;
+    },
+  };
 }

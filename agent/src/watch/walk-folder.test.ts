@@ -1,23 +1,16 @@
 import { mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { compileFilter } from './filter.ts';
 import { isLocalDirectory } from './sample-files.ts';
-import { makeTempDir, removeDir } from './test-harness.ts';
+import { useWatchFolder } from './test-harness.ts';
 import { walkFolder } from './walk-folder.ts';
 
-let tmp: string;
-let root: string;
-beforeEach(() => {
-  tmp = makeTempDir();
-  root = join(tmp, 'watch');
-  mkdirSync(root);
-});
-afterEach(() => removeDir(tmp));
+const dirs = useWatchFolder({ sub: 'watch' });
 
 const put = (rel: string, content = 'x'): void => {
-  mkdirSync(join(root, rel, '..'), { recursive: true });
-  writeFileSync(join(root, rel), content);
+  mkdirSync(join(dirs.root, rel, '..'), { recursive: true });
+  writeFileSync(join(dirs.root, rel), content);
 };
 
 describe('walkFolder', () => {
@@ -26,21 +19,21 @@ describe('walkFolder', () => {
     put('a/b/deep.mov');
     put('a/done.mov');
     put('a/done.mov.lock', '');
-    const w = await walkFolder(root, compileFilter({}));
+    const w = await walkFolder(dirs.root, compileFilter({}));
     expect(w.ok).toBe(true);
     if (!w.ok) return;
     expect(w.files.map((f) => f.rel).sort()).toEqual(['a/b/deep.mov', 'top.mov']);
     expect(w.files.find((f) => f.rel === 'a/b/deep.mov')).toEqual({
       rel: 'a/b/deep.mov',
-      abs: join(root, 'a/b/deep.mov'),
-      local: await isLocalDirectory(root),
+      abs: join(dirs.root, 'a/b/deep.mov'),
+      local: await isLocalDirectory(dirs.root),
     });
     expect(w.dirs.sort()).toEqual(['', 'a', 'a/b']);
     expect(w.locked).toEqual(['a/done.mov']);
   });
 
   it('skips dot-files, dot-directories, lock files, filtered files and symlinks', async () => {
-    const outside = join(tmp, 'outside');
+    const outside = join(dirs.tmp, 'outside');
     mkdirSync(outside);
     writeFileSync(join(outside, 'real.mov'), 'x');
     put('keep.mov');
@@ -48,29 +41,29 @@ describe('walkFolder', () => {
     put('.cache/inner.mov');
     put('stray.lock', '');
     put('notes.txt');
-    symlinkSync(join(outside, 'real.mov'), join(root, 'link.mov'));
-    symlinkSync(outside, join(root, 'linkdir'));
-    const w = await walkFolder(root, compileFilter({ extensions: { exclude: ['txt'] } }));
+    symlinkSync(join(outside, 'real.mov'), join(dirs.root, 'link.mov'));
+    symlinkSync(outside, join(dirs.root, 'linkdir'));
+    const w = await walkFolder(dirs.root, compileFilter({ extensions: { exclude: ['txt'] } }));
     expect(w.ok && w.files.map((f) => f.rel)).toEqual(['keep.mov']);
   });
 
   it('follows a symlinked root (operators point watchfolders at mount links)', async () => {
     put('a.mov');
-    const link = join(tmp, 'root-link');
-    symlinkSync(root, link);
+    const link = join(dirs.tmp, 'root-link');
+    symlinkSync(dirs.root, link);
     const w = await walkFolder(link, compileFilter({}));
     expect(w.ok && w.files.map((f) => [f.rel, f.abs])).toEqual([['a.mov', join(link, 'a.mov')]]);
   });
 
   it('explains a missing root and a root that is a file', async () => {
-    expect(await walkFolder(join(tmp, 'nope'), compileFilter({}))).toEqual({
+    expect(await walkFolder(join(dirs.tmp, 'nope'), compileFilter({}))).toEqual({
       ok: false,
-      error: `watchfolder path does not exist: ${join(tmp, 'nope')}`,
+      error: `watchfolder path does not exist: ${join(dirs.tmp, 'nope')}`,
     });
     put('file.mov');
-    expect(await walkFolder(join(root, 'file.mov'), compileFilter({}))).toEqual({
+    expect(await walkFolder(join(dirs.root, 'file.mov'), compileFilter({}))).toEqual({
       ok: false,
-      error: `watchfolder path is not a directory: ${join(root, 'file.mov')}`,
+      error: `watchfolder path is not a directory: ${join(dirs.root, 'file.mov')}`,
     });
   });
 });

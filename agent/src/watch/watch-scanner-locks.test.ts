@@ -1,43 +1,21 @@
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { type LockWriter, writeLockFile } from './lock-file.ts';
-import {
-  assignmentFor,
-  makeTempDir,
-  removeDir,
-  ScannerHarness,
-  sleep,
-  UNIT_MS,
-  waitFor,
-} from './test-harness.ts';
+import { assignmentFor, sleep, UNIT_MS, useWatchFolder, waitFor } from './test-harness.ts';
 import type { SubmitResult } from './watch-scanner.ts';
 
-let root: string;
-let harnesses: ScannerHarness[] = [];
-beforeEach(() => {
-  root = makeTempDir();
-});
-afterEach(async () => {
-  await Promise.all(harnesses.map((h) => h.scanner.stop()));
-  harnesses = [];
-  removeDir(root);
-});
+const dirs = useWatchFolder();
+const { harness } = dirs;
 
-function harness(...args: ConstructorParameters<typeof ScannerHarness>): ScannerHarness {
-  const h = new ScannerHarness(...args);
-  harnesses.push(h);
-  return h;
-}
-
-const put = (rel: string, content = 'x'): void => writeFileSync(join(root, rel), content);
-const lockOf = (rel: string): string => join(root, `${rel}.lock`);
+const put = (rel: string, content = 'x'): void => writeFileSync(join(dirs.root, rel), content);
+const lockOf = (rel: string): string => join(dirs.root, `${rel}.lock`);
 
 describe('WatchScanner locks', () => {
   it('writes an empty lock once the submit returned ok, and submits only once', async () => {
     put('a.mov');
     let release!: (r: SubmitResult) => void;
-    const h = harness(assignmentFor(root));
+    const h = harness(assignmentFor(dirs.root));
     h.respond = () => new Promise((r) => (release = r));
     h.start();
     await waitFor(() => h.submits.length === 1, 'the submit');
@@ -55,7 +33,7 @@ describe('WatchScanner locks', () => {
   it('confirms the lock to the submitter only once it is on disk', async () => {
     put('c.mov');
     let confirmedWithLock: boolean | null = null;
-    const h = harness(assignmentFor(root));
+    const h = harness(assignmentFor(dirs.root));
     h.respond = async () => ({
       ok: true,
       confirmLock: () => (confirmedWithLock = existsSync(lockOf('c.mov'))),
@@ -67,7 +45,7 @@ describe('WatchScanner locks', () => {
 
   it('processes a file again after its lock is removed, tracked from scratch', async () => {
     put('a.mov');
-    const h = harness(assignmentFor(root, { growthChecks: 2 })).start();
+    const h = harness(assignmentFor(dirs.root, { growthChecks: 2 })).start();
     await waitFor(() => existsSync(lockOf('a.mov')), 'the first lock');
     let removedAfter = 0;
     h.afterScan = (scan) => {
@@ -85,11 +63,11 @@ describe('WatchScanner locks', () => {
   it('does not resubmit locked files after a restart (a new scanner instance)', async () => {
     put('a.mov');
     put('b.mov');
-    const first = harness(assignmentFor(root)).start();
+    const first = harness(assignmentFor(dirs.root)).start();
     await waitFor(() => existsSync(lockOf('a.mov')) && existsSync(lockOf('b.mov')), 'both locks');
     await first.scanner.stop();
     put('c.mov');
-    const second = harness(assignmentFor(root)).start();
+    const second = harness(assignmentFor(dirs.root)).start();
     await waitFor(() => second.submits.length === 1, 'the new file');
     await second.scans(3);
     expect(second.submitted()).toEqual(['c.mov']);
@@ -99,7 +77,7 @@ describe('WatchScanner locks', () => {
     // A real write failure even for root: a 255-byte file name leaves no room for ".lock" (NAME_MAX).
     const name = `${'n'.repeat(251)}.mov`;
     put(name);
-    const h = harness(assignmentFor(root)).start();
+    const h = harness(assignmentFor(dirs.root)).start();
     await waitFor(() => h.submits.length === 1, 'the submit');
     await h.scans(5);
     expect(h.submits).toHaveLength(1);
@@ -111,7 +89,7 @@ describe('WatchScanner locks', () => {
   it('treats a changed file as new even if its previous version could not be locked', async () => {
     const name = `${'n'.repeat(251)}.mov`;
     put(name);
-    const h = harness(assignmentFor(root)).start();
+    const h = harness(assignmentFor(dirs.root)).start();
     await waitFor(() => h.submits.length === 1, 'the submit');
     put(name, 'a new version');
     await waitFor(() => h.submits.length === 2, 'the second submit');
@@ -123,7 +101,7 @@ describe('WatchScanner locks', () => {
     let failing = true;
     // Fails for real while `failing`: /proc does not let anyone create files.
     const writer: LockWriter = (p) => writeLockFile(failing ? '/proc/ffleet-no-such-dir/x.lock' : p);
-    const h = harness(assignmentFor(root), { writeLock: writer }).start();
+    const h = harness(assignmentFor(dirs.root), { writeLock: writer }).start();
     await waitFor(() => h.lastError()?.includes('cannot write the lock file') === true, 'the lock error');
     failing = false;
     await waitFor(() => existsSync(lockOf('a.mov')), 'the healed lock');
@@ -135,7 +113,7 @@ describe('WatchScanner locks', () => {
 describe('WatchScanner submit failures', () => {
   it('retries a retryable failure at the next scan, never two submits at once', async () => {
     put('a.mov');
-    const h = harness(assignmentFor(root));
+    const h = harness(assignmentFor(dirs.root));
     let inFlight = 0;
     let maxInFlight = 0;
     h.respond = async () => {
@@ -155,7 +133,7 @@ describe('WatchScanner submit failures', () => {
 
   it('does not resubmit a file the control plane refused until it changes, and reports it', async () => {
     put('a.mov');
-    const h = harness(assignmentFor(root));
+    const h = harness(assignmentFor(dirs.root));
     h.respond = async () =>
       h.submits.length === 1 ? { ok: false, error: 'preset gone', retry: false } : { ok: true };
     h.start();
@@ -169,18 +147,18 @@ describe('WatchScanner submit failures', () => {
 
   it('gives refused files another chance after the assignment changes', async () => {
     put('a.mov');
-    const h = harness(assignmentFor(root));
+    const h = harness(assignmentFor(dirs.root));
     h.respond = async () =>
       h.submits.length === 1 ? { ok: false, error: 'no', retry: false } : { ok: true };
     h.start();
     await waitFor(() => h.lastError() !== '' && h.lastError() !== undefined, 'the refusal');
-    h.scanner.update(assignmentFor(root, { growthChecks: 2 }));
+    h.scanner.update(assignmentFor(dirs.root, { growthChecks: 2 }));
     await waitFor(() => h.submits.length === 2, 'the second submit');
   });
 
   it('treats a throwing submit callback as retryable', async () => {
     put('a.mov');
-    const h = harness(assignmentFor(root));
+    const h = harness(assignmentFor(dirs.root));
     h.respond = async () => {
       if (h.submits.length === 1) throw new Error('bug');
       return { ok: true };
@@ -198,7 +176,7 @@ describe('WatchScanner lock detection', () => {
     mkdirSync(lockOf('a.mov'));
     put('b.mov.lock', '');
     put('c.mov');
-    const h = harness(assignmentFor(root)).start();
+    const h = harness(assignmentFor(dirs.root)).start();
     await h.scans(3);
     expect(h.submitted()).toEqual(['c.mov']);
   });

@@ -1,40 +1,15 @@
 import { appendFileSync, mkdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { WatchfolderFilter } from '@ffleet/shared';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import {
-  assignmentFor,
-  makeTempDir,
-  removeDir,
-  ScannerHarness,
-  sleep,
-  UNIT_MS,
-  waitFor,
-} from './test-harness.ts';
+import { describe, expect, it } from 'vitest';
+import { assignmentFor, sleep, UNIT_MS, useWatchFolder, waitFor } from './test-harness.ts';
 
-let tmp: string;
-let root: string;
-let harnesses: ScannerHarness[] = [];
-beforeEach(() => {
-  tmp = makeTempDir();
-  root = join(tmp, 'watch');
-  mkdirSync(root);
-});
-afterEach(async () => {
-  await Promise.all(harnesses.map((h) => h.scanner.stop()));
-  harnesses = [];
-  removeDir(tmp);
-});
-
-function harness(...args: ConstructorParameters<typeof ScannerHarness>): ScannerHarness {
-  const h = new ScannerHarness(...args);
-  harnesses.push(h);
-  return h;
-}
+const dirs = useWatchFolder({ sub: 'watch' });
+const { harness } = dirs;
 
 const put = (rel: string, content = 'x'): void => {
-  mkdirSync(join(root, rel, '..'), { recursive: true });
-  writeFileSync(join(root, rel), content);
+  mkdirSync(join(dirs.root, rel, '..'), { recursive: true });
+  writeFileSync(join(dirs.root, rel), content);
 };
 
 describe('WatchScanner growth checks', () => {
@@ -42,11 +17,11 @@ describe('WatchScanner growth checks', () => {
     'submits a file written in chunks exactly growthChecks=%i scans after the scan that saw its last change',
     async (growthChecks) => {
       put('clip.mov', 'chunk0');
-      const h = harness(assignmentFor(root, { growthChecks }));
+      const h = harness(assignmentFor(dirs.root, { growthChecks }));
       // Scan 1 sees the file; after scans 1..4 another chunk is appended, so scan 5 is the first to see
       // the final size and the file is finished at scan 5 + growthChecks.
       h.afterScan = (scan) => {
-        if (scan <= 4) appendFileSync(join(root, 'clip.mov'), `chunk${scan}`);
+        if (scan <= 4) appendFileSync(join(dirs.root, 'clip.mov'), `chunk${scan}`);
       };
       h.start();
       await waitFor(() => h.submits.length === 1, 'the submit');
@@ -55,7 +30,7 @@ describe('WatchScanner growth checks', () => {
       expect(h.submits[0]).toMatchObject({
         watchfolderId: 'wf-1',
         relativePath: 'clip.mov',
-        absolutePath: join(root, 'clip.mov'),
+        absolutePath: join(dirs.root, 'clip.mov'),
         size: 'chunk0chunk1chunk2chunk3chunk4'.length,
         scan: 5 + growthChecks,
       });
@@ -63,7 +38,7 @@ describe('WatchScanner growth checks', () => {
   );
 
   it('scans at the configured interval and reports lastCheck after every scan', async () => {
-    const h = harness(assignmentFor(root, { interval: 2 }), { clock: () => 1234 });
+    const h = harness(assignmentFor(dirs.root, { interval: 2 }), { clock: () => 1234 });
     h.start();
     await h.scans(4);
     // Reports come at the end of a scan, so single gaps jitter with scan duration; three together cannot
@@ -82,13 +57,13 @@ describe('WatchScanner file selection', () => {
   ];
   it.each(cases)('applies the filter: %s', async (_name, filter, expected) => {
     for (const n of ['a.mov', 'b.MOV', 'c.mxf', 'd.txt', 'f.Mp4', 'noext']) put(n);
-    const h = harness(assignmentFor(root, { filter })).start();
+    const h = harness(assignmentFor(dirs.root, { filter })).start();
     await h.scans(3);
     expect(h.submitted()).toEqual(expected);
   });
 
   it('walks subdirectories but skips hidden entries, lock files and symlinks', async () => {
-    const outside = join(tmp, 'outside');
+    const outside = join(dirs.tmp, 'outside');
     mkdirSync(outside);
     writeFileSync(join(outside, 'real.mov'), 'x');
     put('top.mov');
@@ -96,18 +71,18 @@ describe('WatchScanner file selection', () => {
     put('.hidden.mov');
     put('.cache/inner.mov');
     put('stray.lock', '');
-    symlinkSync(join(outside, 'real.mov'), join(root, 'link.mov'));
-    symlinkSync(outside, join(root, 'linkdir'));
-    const h = harness(assignmentFor(root)).start();
+    symlinkSync(join(outside, 'real.mov'), join(dirs.root, 'link.mov'));
+    symlinkSync(outside, join(dirs.root, 'linkdir'));
+    const h = harness(assignmentFor(dirs.root)).start();
     await h.scans(3);
     expect(h.submitted()).toEqual(['show/reel 1/deep.mov', 'top.mov']);
     expect(h.submits.find((s) => s.relativePath === 'show/reel 1/deep.mov')?.absolutePath).toBe(
-      join(root, 'show/reel 1/deep.mov'),
+      join(dirs.root, 'show/reel 1/deep.mov'),
     );
   });
 
   it('works for a watchfolder that itself lives below a dot-directory', async () => {
-    const hiddenRoot = join(tmp, '.parent', 'watch');
+    const hiddenRoot = join(dirs.tmp, '.parent', 'watch');
     mkdirSync(hiddenRoot, { recursive: true });
     writeFileSync(join(hiddenRoot, 'a.mov'), 'x');
     const h = harness(assignmentFor(hiddenRoot)).start();
@@ -118,7 +93,7 @@ describe('WatchScanner file selection', () => {
 
 describe('WatchScanner path problems', () => {
   it('reports a missing path and recovers when the directory appears', async () => {
-    const later = join(tmp, 'later');
+    const later = join(dirs.tmp, 'later');
     const h = harness(assignmentFor(later)).start();
     await h.scans(1);
     expect(h.lastError()).toBe(`watchfolder path does not exist: ${later}`);
@@ -130,13 +105,13 @@ describe('WatchScanner path problems', () => {
 
   it('reports a path that is a file, and a directory removed while watched', async () => {
     put('file.mov');
-    const h = harness(assignmentFor(join(root, 'file.mov'))).start();
+    const h = harness(assignmentFor(join(dirs.root, 'file.mov'))).start();
     await h.scans(1);
-    expect(h.lastError()).toBe(`watchfolder path is not a directory: ${join(root, 'file.mov')}`);
-    h.scanner.update(assignmentFor(join(root, 'sub')));
-    mkdirSync(join(root, 'sub'));
+    expect(h.lastError()).toBe(`watchfolder path is not a directory: ${join(dirs.root, 'file.mov')}`);
+    h.scanner.update(assignmentFor(join(dirs.root, 'sub')));
+    mkdirSync(join(dirs.root, 'sub'));
     await waitFor(() => h.lastError() === '', 'a clean scan');
-    rmSync(join(root, 'sub'), { recursive: true });
+    rmSync(join(dirs.root, 'sub'), { recursive: true });
     await waitFor(() => h.lastError()?.includes('does not exist') === true, 'the error');
   });
 });
@@ -144,43 +119,43 @@ describe('WatchScanner path problems', () => {
 describe('WatchScanner lifecycle', () => {
   it('suspends and resumes through update()', async () => {
     put('first.mov');
-    const h = harness(assignmentFor(root)).start();
+    const h = harness(assignmentFor(dirs.root)).start();
     await waitFor(() => h.submits.length === 1, 'the first submit');
-    h.scanner.update(assignmentFor(root, { suspended: true }));
+    h.scanner.update(assignmentFor(dirs.root, { suspended: true }));
     const reported = h.states.length;
     put('second.mov');
     await sleep(5 * UNIT_MS);
     expect(h.states.length).toBeLessThanOrEqual(reported + 1); // at most a scan already under way
     expect(h.submitted()).toEqual(['first.mov']);
-    h.scanner.update(assignmentFor(root, { suspended: false }));
+    h.scanner.update(assignmentFor(dirs.root, { suspended: false }));
     await waitFor(() => h.submits.length === 2, 'the submit after resume');
     expect(h.submitted()).toEqual(['first.mov', 'second.mov']);
   });
 
   it('does not scan an assignment that starts suspended', async () => {
     put('a.mov');
-    const h = harness(assignmentFor(root, { suspended: true })).start();
+    const h = harness(assignmentFor(dirs.root, { suspended: true })).start();
     await sleep(4 * UNIT_MS);
     expect(h.states).toHaveLength(0);
     expect(h.submits).toHaveLength(0);
   });
 
   it('applies a new interval at once', async () => {
-    const h = harness(assignmentFor(root, { interval: 50 })).start();
+    const h = harness(assignmentFor(dirs.root, { interval: 50 })).start();
     await h.scans(1);
     const changedAt = performance.now();
-    h.scanner.update(assignmentFor(root, { interval: 1 }));
+    h.scanner.update(assignmentFor(dirs.root, { interval: 1 }));
     await h.scans(4);
     // 4 scans at 100 ms instead of one every 5 s
     expect(performance.now() - changedAt).toBeLessThan(2000);
   });
 
   it('moves to a new path, forgetting the old one', async () => {
-    const other = join(tmp, 'other');
+    const other = join(dirs.tmp, 'other');
     mkdirSync(other);
     writeFileSync(join(other, 'b.mov'), 'x');
     put('a.mov');
-    const h = harness(assignmentFor(root, { growthChecks: 3 })).start();
+    const h = harness(assignmentFor(dirs.root, { growthChecks: 3 })).start();
     await h.scans(1);
     h.scanner.update(assignmentFor(other, { growthChecks: 3 }));
     await waitFor(() => h.submits.length === 1, 'the submit from the new path');
@@ -189,17 +164,18 @@ describe('WatchScanner lifecycle', () => {
   });
 
   it('ignores an update that changes nothing', async () => {
-    const h = harness(assignmentFor(root, { interval: 2 })).start();
+    const h = harness(assignmentFor(dirs.root, { interval: 2 })).start();
     await h.scans(1);
     const before = h.states.length;
-    for (let i = 0; i < 5; i++) h.scanner.update(assignmentFor(root, { interval: 2, name: `renamed ${i}` }));
+    for (let i = 0; i < 5; i++)
+      h.scanner.update(assignmentFor(dirs.root, { interval: 2, name: `renamed ${i}` }));
     await sleep(UNIT_MS);
     // a restart would have scanned at once
     expect(h.states.length).toBe(before);
   });
 
   it('stops: no more scans or submits, and stop() is idempotent', async () => {
-    const h = harness(assignmentFor(root)).start();
+    const h = harness(assignmentFor(dirs.root)).start();
     await h.scans(1);
     await h.scanner.stop();
     await h.scanner.stop();

@@ -1,5 +1,5 @@
 import { eq } from 'drizzle-orm';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   countRows,
   errorPaths,
@@ -10,16 +10,12 @@ import {
   recordingFleet,
   UNKNOWN_ID,
 } from '../../../test/api/support.ts';
-import { createTestApp, type TestApp } from '../../../test/helpers/app.ts';
+import { useTestApp } from '../../../test/helpers/app.ts';
 import { tasks } from '../db/schema.ts';
 
 describe('agent routes', () => {
-  let t: TestApp;
   const rec = recordingFleet();
-  beforeAll(async () => {
-    t = await createTestApp({ fleet: rec.fleet });
-  });
-  afterAll(() => t.close());
+  const t = useTestApp({ fleet: rec.fleet });
 
   it('lists agents with X-Total and shows online, draining and offline', async () => {
     const on = await insertAgent(t.db, { name: 'list-on', online: true, lastSeen: 3 });

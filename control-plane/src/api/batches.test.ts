@@ -1,6 +1,6 @@
 // biome-ignore-all lint/suspicious/noTemplateCurlyInString: ${NAME} wildcards are literal request text.
 import { eq } from 'drizzle-orm';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   countRows,
   errorPaths,
@@ -10,15 +10,11 @@ import {
   readList,
   UNKNOWN_ID,
 } from '../../../test/api/support.ts';
-import { createTestApp, type TestApp } from '../../../test/helpers/app.ts';
+import { useTestApp } from '../../../test/helpers/app.ts';
 import { tasks } from '../db/schema.ts';
 
 describe('batch routes', () => {
-  let t: TestApp;
-  beforeAll(async () => {
-    t = await createTestApp();
-  });
-  afterAll(() => t.close());
+  const t = useTestApp();
 
   const item = (name: string, extra: object = {}) => ({
     command: '-i ${INPUT_FILE} ${OUTPUT_FILE}',

@@ -1,6 +1,6 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { appVariant, countRows, expectProblem, json, UNKNOWN_ID, VALID } from '../../../test/api/support.ts';
-import { createTestApp, type TestApp } from '../../../test/helpers/app.ts';
+import { createTestApp, useTestApp } from '../../../test/helpers/app.ts';
 
 const MiB = 1024 * 1024;
 
@@ -16,11 +16,7 @@ const LISTS = [
 ];
 
 // One database for the whole file: a fresh one per describe costs seconds and nothing here needs it.
-let t: TestApp;
-beforeAll(async () => {
-  t = await createTestApp();
-});
-afterAll(() => t.close());
+const t = useTestApp();
 
 describe('error responses', () => {
   it('400 MALFORMED_JSON for a body that does not parse or is empty', async () => {

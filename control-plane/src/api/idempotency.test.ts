@@ -1,13 +1,9 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { countRows, eventRows, expectProblem, json, UNKNOWN_ID, VALID } from '../../../test/api/support.ts';
-import { createTestApp, type TestApp } from '../../../test/helpers/app.ts';
+import { useTestApp } from '../../../test/helpers/app.ts';
 
 describe('Idempotency-Key on POST /tasks and POST /batches', () => {
-  let t: TestApp;
-  beforeAll(async () => {
-    t = await createTestApp();
-  });
-  afterAll(() => t.close());
+  const t = useTestApp();
 
   const post = (path: string, body: unknown, key?: string) =>
     t.call('POST', path, body, key === undefined ? {} : { 'Idempotency-Key': key });

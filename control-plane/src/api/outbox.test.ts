@@ -1,6 +1,6 @@
 import { EventName, type EventPayload } from '@ffleet/shared';
 import { eq, sql } from 'drizzle-orm';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import {
   countRows,
   deliveryRows,
@@ -11,7 +11,7 @@ import {
   UNKNOWN_ID,
   VALID,
 } from '../../../test/api/support.ts';
-import { createTestApp, type TestApp } from '../../../test/helpers/app.ts';
+import { useTestApp } from '../../../test/helpers/app.ts';
 import { events } from '../db/schema.ts';
 
 /**
@@ -20,11 +20,10 @@ import { events } from '../db/schema.ts';
  * about it only after the commit.
  */
 describe('events and deliveries (outbox)', () => {
-  let t: TestApp;
   const hooks = new Map<string, string>();
   const published: EventPayload[] = [];
+  const t = useTestApp();
   beforeAll(async () => {
-    t = await createTestApp();
     for (const event of EventName.options) {
       hooks.set(
         event,
@@ -51,7 +50,6 @@ describe('events and deliveries (outbox)', () => {
     );
     t.bus.subscribe((p) => published.push(p));
   });
-  afterAll(() => t.close());
 
   /** The newest event of a name, with its deliveries summarised. */
   async function latest(event: string) {

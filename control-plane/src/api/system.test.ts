@@ -1,14 +1,10 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { expectProblem, json, UUID_RE, VALID } from '../../../test/api/support.ts';
-import { createTestApp, type TestApp } from '../../../test/helpers/app.ts';
+import { createTestApp, useTestApp } from '../../../test/helpers/app.ts';
 import { VERSION } from '../version.ts';
 
 // One database for the file (SSE included); only the 503 case needs its own, since it closes it.
-let t: TestApp;
-beforeAll(async () => {
-  t = await createTestApp();
-});
-afterAll(() => t.close());
+const t = useTestApp();
 
 describe('operational routes', () => {
   it('GET /health is ok while the database answers', async () => {

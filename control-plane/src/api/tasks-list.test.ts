@@ -1,7 +1,7 @@
 import { eq, sql } from 'drizzle-orm';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { expectProblem, json, readList, UNKNOWN_ID } from '../../../test/api/support.ts';
-import { createTestApp, type TestApp } from '../../../test/helpers/app.ts';
+import { useTestApp } from '../../../test/helpers/app.ts';
 import { tasks } from '../db/schema.ts';
 import { compactTaskCounts } from '../db/task-counts.ts';
 
@@ -12,7 +12,6 @@ type T = { id: string; name: string; status: string };
  * driven through ctx.now so "newest first" is deterministic (several tasks per millisecond otherwise).
  */
 describe('GET /api/v1/tasks filters and pagination', () => {
-  let t: TestApp;
   let clock = 1_700_000_000_000;
   const ids: Record<string, string> = {};
   let presetId = '';
@@ -22,8 +21,8 @@ describe('GET /api/v1/tasks filters and pagination', () => {
   const list = async (qs: string) => readList<T>(await t.call('GET', `/api/v1/tasks${qs}`));
   const names = async (qs: string) => (await list(qs)).items.map((x) => x.name);
 
+  const t = useTestApp();
   beforeAll(async () => {
-    t = await createTestApp();
     t.ctx.now = () => ++clock;
     presetId = (await json(await t.call('POST', '/api/v1/presets', { name: 'p', command: '-i a b' }), 201))
       .id;
@@ -54,7 +53,6 @@ describe('GET /api/v1/tasks filters and pagination', () => {
     await set('delta', { status: 'DONE_ERROR', source: 'watchfolder' });
     await set('epsilon', { status: 'DONE_SUCCESSFUL', source: 'watchfolder' });
   });
-  afterAll(() => t.close());
 
   it('lists every task newest first with X-Total', async () => {
     const all = await list('');
@@ -140,11 +138,7 @@ describe('GET /api/v1/tasks filters and pagination', () => {
  * write must keep it equal to counting the table.
  */
 describe('X-Total stays exact through every kind of task write', () => {
-  let t: TestApp;
-  beforeAll(async () => {
-    t = await createTestApp();
-  });
-  afterAll(() => t.close());
+  const t = useTestApp();
 
   const STATUSES = ['QUEUED', 'RUNNING', 'DONE_SUCCESSFUL', 'DONE_ERROR', 'DONE_CANCELED'];
   const total = async (qs: string) => readList(await t.call('GET', `/api/v1/tasks?perPage=1${qs}`));
@@ -194,11 +188,7 @@ describe('X-Total stays exact through every kind of task write', () => {
 });
 
 describe('POST /api/v1/tasks answers with the stored task', () => {
-  let t: TestApp;
-  beforeAll(async () => {
-    t = await createTestApp();
-  });
-  afterAll(() => t.close());
+  const t = useTestApp();
 
   it('is byte for byte what GET returns (jsonb key order, defaults, numbers)', async () => {
     const body = {

@@ -1,6 +1,6 @@
 // biome-ignore-all lint/suspicious/noTemplateCurlyInString: ${NAME} wildcards are literal request text.
 import { eq } from 'drizzle-orm';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   errorPaths,
   eventRows,
@@ -10,16 +10,12 @@ import {
   UNKNOWN_ID,
   VALID,
 } from '../../../test/api/support.ts';
-import { createTestApp, type TestApp } from '../../../test/helpers/app.ts';
+import { useTestApp } from '../../../test/helpers/app.ts';
 import { taskLogs, tasks } from '../db/schema.ts';
 
 describe('task routes', () => {
-  let t: TestApp;
   const rec = recordingFleet();
-  beforeAll(async () => {
-    t = await createTestApp({ fleet: rec.fleet });
-  });
-  afterAll(() => t.close());
+  const t = useTestApp({ fleet: rec.fleet });
 
   const create = async (body: unknown, status = 201) =>
     json(await t.call('POST', '/api/v1/tasks', body), status);

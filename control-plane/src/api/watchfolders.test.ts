@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import {
   countRows,
   errorPaths,
@@ -10,17 +10,15 @@ import {
   UNKNOWN_ID,
   VALID,
 } from '../../../test/api/support.ts';
-import { createTestApp, type TestApp } from '../../../test/helpers/app.ts';
+import { useTestApp } from '../../../test/helpers/app.ts';
 
 describe('watchfolder routes', () => {
-  let t: TestApp;
   let preset = '';
   const rec = recordingFleet();
+  const t = useTestApp({ fleet: rec.fleet });
   beforeAll(async () => {
-    t = await createTestApp({ fleet: rec.fleet });
     preset = (await json(await t.call('POST', '/api/v1/presets', VALID.preset()), 201)).id;
   });
-  afterAll(() => t.close());
 
   const create = async (body: object) => json(await t.call('POST', '/api/v1/watchfolders', body), 201);
 

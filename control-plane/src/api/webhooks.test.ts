@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { EventName } from '@ffleet/shared';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import {
   countRows,
   errorPaths,
@@ -11,15 +11,11 @@ import {
   UNKNOWN_ID,
   VALID,
 } from '../../../test/api/support.ts';
-import { createTestApp, type TestApp } from '../../../test/helpers/app.ts';
+import { useTestApp } from '../../../test/helpers/app.ts';
 import { webhookExecutions } from '../db/schema.ts';
 
 describe('webhook routes', () => {
-  let t: TestApp;
-  beforeAll(async () => {
-    t = await createTestApp();
-  });
-  afterAll(() => t.close());
+  const t = useTestApp();
 
   const create = async (body: object) => json(await t.call('POST', '/api/v1/webhooks', body), 201);
 
@@ -150,12 +146,11 @@ describe('webhook routes', () => {
 });
 
 describe('webhook execution routes', () => {
-  let t: TestApp;
   const hook = randomUUID();
   const task = randomUUID();
   const execs: string[] = [];
+  const t = useTestApp();
   beforeAll(async () => {
-    t = await createTestApp();
     const rows = [
       { webhookId: hook, source: 'global', event: 'task.created', success: true, taskId: task },
       { webhookId: hook, source: 'global', event: 'task.updated', success: false, taskId: task },
@@ -180,7 +175,6 @@ describe('webhook execution routes', () => {
       });
     }
   });
-  afterAll(() => t.close());
 
   const list = async (qs: string) =>
     readList<{ id: string }>(await t.call('GET', `/api/v1/webhooks/executions${qs}`)).then((l) => ({

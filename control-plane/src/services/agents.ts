@@ -6,6 +6,7 @@ import type { Db } from '../db/client.ts';
 import { type AgentRow, toAgent } from '../db/mappers.ts';
 import { agents, tasks } from '../db/schema.ts';
 import type { ServiceContext } from './context.ts';
+import { paginate } from './paginate.ts';
 import { isUuid } from './tasks.ts';
 
 async function withRunning(db: Db, rows: AgentRow[]): Promise<Agent[]> {
@@ -38,16 +39,12 @@ export async function findAgentRow(db: Db, idOrName: string): Promise<AgentRow |
 
 export async function listAgents(ctx: ServiceContext, page: PageQuery) {
   const db = ctx.database.db;
-  const [rows, [total]] = await Promise.all([
-    db
-      .select()
-      .from(agents)
-      .orderBy(desc(agents.lastSeen), agents.name)
-      .limit(page.perPage)
-      .offset(page.page * page.perPage),
+  const { rows, total } = await paginate(
+    db.select().from(agents).orderBy(desc(agents.lastSeen), agents.name),
     db.select({ n: count() }).from(agents),
-  ]);
-  return { items: await withRunning(db, rows), total: Number(total?.n ?? 0) };
+    page,
+  );
+  return { items: await withRunning(db, rows), total };
 }
 
 export async function getAgent(ctx: ServiceContext, id: string): Promise<Agent> {

@@ -1,14 +1,15 @@
 import { randomUUID } from 'node:crypto';
 import type { Batch, BatchCreate, PageQuery } from '@ffleet/shared';
-import { and, count, desc, eq, inArray } from 'drizzle-orm';
+import { count, desc, eq, inArray } from 'drizzle-orm';
 import { ConflictError, NotFoundError, ValidationError } from '../api/errors.ts';
 import type { Db } from '../db/client.ts';
 import { type PresetRow, toBatch, toTask } from '../db/mappers.ts';
 import { batches, presets, tasks } from '../db/schema.ts';
 import { type ServiceContext, transact } from './context.ts';
 import { claimIdempotencyKey, type IdempotencyRequest, storeIdempotentResponse } from './idempotency.ts';
+import { paginate } from './paginate.ts';
 import { buildTaskRow, type Issue, type TaskInsert } from './task-input.ts';
-import { cancelTask, insertTask, isUuid } from './tasks.ts';
+import { cancelTask, insertTask, isUuid, openBatchTasks } from './tasks.ts';
 
 /** The batch object with its status counts and task ids. */
 export async function getBatchDto(db: Db, id: string): Promise<Batch | null> {
@@ -89,18 +90,14 @@ export async function createBatch(
 
 export async function listBatches(ctx: ServiceContext, page: PageQuery) {
   const db = ctx.database.db;
-  const [rows, [total]] = await Promise.all([
-    db
-      .select()
-      .from(batches)
-      .orderBy(desc(batches.createdAt), desc(batches.id))
-      .limit(page.perPage)
-      .offset(page.page * page.perPage),
+  const { rows, total } = await paginate(
+    db.select().from(batches).orderBy(desc(batches.createdAt), desc(batches.id)),
     db.select({ n: count() }).from(batches),
-  ]);
+    page,
+  );
   const items: Batch[] = [];
   for (const r of rows) items.push((await getBatchDto(db, r.id))!);
-  return { items, total: Number(total?.n ?? 0) };
+  return { items, total };
 }
 
 export async function getBatch(ctx: ServiceContext, id: string): Promise<Batch> {
@@ -113,27 +110,19 @@ export async function listBatchTasks(ctx: ServiceContext, id: string, page: Page
   const db = ctx.database.db;
   await getBatch(ctx, id);
   const where = eq(tasks.batchId, id);
-  const [rows, [total]] = await Promise.all([
-    db
-      .select()
-      .from(tasks)
-      .where(where)
-      .orderBy(desc(tasks.createdAt), desc(tasks.id))
-      .limit(page.perPage)
-      .offset(page.page * page.perPage),
+  const { rows, total } = await paginate(
+    db.select().from(tasks).where(where).orderBy(desc(tasks.createdAt), desc(tasks.id)),
     db.select({ n: count() }).from(tasks).where(where),
-  ]);
-  return { items: rows.map(toTask), total: Number(total?.n ?? 0) };
+    page,
+  );
+  return { items: rows.map(toTask), total };
 }
 
 /** Cancels every task of the batch that is not finished yet; a finished batch is 409. */
 export async function cancelBatch(ctx: ServiceContext, id: string): Promise<Batch> {
   const b = await getBatch(ctx, id);
   if (b.status === 'DONE') throw new ConflictError('BATCH_FINISHED', `batch ${id} is already finished`);
-  const open = await ctx.database.db
-    .select({ id: tasks.id })
-    .from(tasks)
-    .where(and(eq(tasks.batchId, id), inArray(tasks.status, ['QUEUED', 'PRE_PROCESSING', 'RUNNING'])));
+  const open = await ctx.database.db.select({ id: tasks.id }).from(tasks).where(openBatchTasks(id));
   for (const t of open) {
     try {
       await cancelTask(ctx, t.id);

@@ -5,6 +5,7 @@ import { ConflictError, NotFoundError, ValidationError } from '../api/errors.ts'
 import { toPreset } from '../db/mappers.ts';
 import { presets, watchfolders } from '../db/schema.ts';
 import { type ServiceContext, transact } from './context.ts';
+import { paginate } from './paginate.ts';
 import { isUuid } from './tasks.ts';
 
 function values(input: PresetCreate) {
@@ -52,16 +53,12 @@ export async function createPreset(ctx: ServiceContext, input: PresetCreate): Pr
 
 export async function listPresets(ctx: ServiceContext, page: PageQuery) {
   const db = ctx.database.db;
-  const [rows, [total]] = await Promise.all([
-    db
-      .select()
-      .from(presets)
-      .orderBy(desc(presets.createdAt), desc(presets.id))
-      .limit(page.perPage)
-      .offset(page.page * page.perPage),
+  const { rows, total } = await paginate(
+    db.select().from(presets).orderBy(desc(presets.createdAt), desc(presets.id)),
     db.select({ n: count() }).from(presets),
-  ]);
-  return { items: rows.map(toPreset), total: Number(total?.n ?? 0) };
+    page,
+  );
+  return { items: rows.map(toPreset), total };
 }
 
 export async function getPreset(ctx: ServiceContext, id: string): Promise<Preset> {

@@ -15,6 +15,7 @@ import { compactTaskCounts } from '../db/task-counts.ts';
 import { EmittedEvents } from '../events/outbox.ts';
 import { type ServiceContext, transact } from './context.ts';
 import { claimIdempotencyKey, type IdempotencyRequest, storeIdempotentResponse } from './idempotency.ts';
+import { paginate } from './paginate.ts';
 import { buildTaskRow, storedTaskRow } from './task-input.ts';
 
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -199,16 +200,15 @@ export async function listTasks(ctx: ServiceContext, q: TaskListQuery, page: Pag
   const where = listWhere(q);
   // Only a status filter (or none): the total comes from task_counts.
   const countedByStatus = !q.source && !q.batch && !q.preset && !q.agent && !q.q;
-  const [rows, total] = await Promise.all([
+  const { rows, total } = await paginate(
     db
       .select()
       .from(tasks)
       .where(where)
       // NULLS LAST (the columns are NOT NULL, so the order is the same) matches tasks_created_idx, which
       // drizzle-kit created as DESC NULLS LAST: a plain DESC would sort the whole table.
-      .orderBy(sql`${tasks.createdAt} DESC NULLS LAST`, sql`${tasks.id} DESC NULLS LAST`)
-      .limit(page.perPage)
-      .offset(page.page * page.perPage),
+      .orderBy(sql`${tasks.createdAt} DESC NULLS LAST`, sql`${tasks.id} DESC NULLS LAST`),
+    // Both counts start before the page query, as they always have (PGlite runs statements in order).
     countedByStatus
       ? countTasks(ctx, q.status)
       : db
@@ -216,7 +216,8 @@ export async function listTasks(ctx: ServiceContext, q: TaskListQuery, page: Pag
           .from(tasks)
           .where(where)
           .then(([r]) => Number(r?.n ?? 0)),
-  ]);
+    page,
+  );
   return { items: rows.map(toTask), total };
 }
 
@@ -276,6 +277,10 @@ export async function applyTaskChange(
   return { row, task };
 }
 
+/** The tasks of a batch that are not finished yet (QUEUED or running). */
+export const openBatchTasks = (batchId: string): SQL | undefined =>
+  and(eq(tasks.batchId, batchId), inArray(tasks.status, ['QUEUED', 'PRE_PROCESSING', 'RUNNING']));
+
 /**
  * `batch.finished` exactly once each time a batch reaches DONE. The batch row lock serialises
  * concurrent finishers; the count runs after the lock, so the last committer sees every task done.
@@ -288,10 +293,7 @@ export async function finishBatchIfDone(
 ): Promise<void> {
   const [b] = await tx.select().from(batches).where(eq(batches.id, batchId)).for('update');
   if (!b || b.status === 'DONE') return;
-  const [open] = await tx
-    .select({ n: count() })
-    .from(tasks)
-    .where(and(eq(tasks.batchId, batchId), inArray(tasks.status, ['QUEUED', 'PRE_PROCESSING', 'RUNNING'])));
+  const [open] = await tx.select({ n: count() }).from(tasks).where(openBatchTasks(batchId));
   if (Number(open?.n ?? 0) > 0) return;
   await tx
     .update(batches)

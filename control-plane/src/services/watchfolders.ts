@@ -7,6 +7,7 @@ import { isUniqueViolation } from '../db/errors.ts';
 import { toWatchfolder, type WatchfolderRow } from '../db/mappers.ts';
 import { agents, presets, watchfolders } from '../db/schema.ts';
 import { type ServiceContext, transact } from './context.ts';
+import { paginate } from './paginate.ts';
 import { isUuid } from './tasks.ts';
 
 async function withAssigned(db: Db, rows: WatchfolderRow[]): Promise<Watchfolder[]> {
@@ -105,16 +106,12 @@ export async function createWatchfolder(ctx: ServiceContext, input: WatchfolderC
 
 export async function listWatchfolders(ctx: ServiceContext, page: PageQuery) {
   const db = ctx.database.db;
-  const [rows, [total]] = await Promise.all([
-    db
-      .select()
-      .from(watchfolders)
-      .orderBy(desc(watchfolders.createdAt), desc(watchfolders.id))
-      .limit(page.perPage)
-      .offset(page.page * page.perPage),
+  const { rows, total } = await paginate(
+    db.select().from(watchfolders).orderBy(desc(watchfolders.createdAt), desc(watchfolders.id)),
     db.select({ n: count() }).from(watchfolders),
-  ]);
-  return { items: await withAssigned(db, rows), total: Number(total?.n ?? 0) };
+    page,
+  );
+  return { items: await withAssigned(db, rows), total };
 }
 
 export async function getWatchfolder(ctx: ServiceContext, id: string): Promise<Watchfolder> {

@@ -5,6 +5,7 @@ import { NotFoundError } from '../api/errors.ts';
 import { toExecution, toWebhook } from '../db/mappers.ts';
 import { webhookExecutions, webhooks } from '../db/schema.ts';
 import { type ServiceContext, transact } from './context.ts';
+import { paginate } from './paginate.ts';
 import { isUuid } from './tasks.ts';
 
 export async function createWebhook(ctx: ServiceContext, input: WebhookCreate): Promise<Webhook> {
@@ -30,16 +31,12 @@ export async function createWebhook(ctx: ServiceContext, input: WebhookCreate): 
 
 export async function listWebhooks(ctx: ServiceContext, page: PageQuery) {
   const db = ctx.database.db;
-  const [rows, [total]] = await Promise.all([
-    db
-      .select()
-      .from(webhooks)
-      .orderBy(desc(webhooks.createdAt), desc(webhooks.id))
-      .limit(page.perPage)
-      .offset(page.page * page.perPage),
+  const { rows, total } = await paginate(
+    db.select().from(webhooks).orderBy(desc(webhooks.createdAt), desc(webhooks.id)),
     db.select({ n: count() }).from(webhooks),
-  ]);
-  return { items: rows.map(toWebhook), total: Number(total?.n ?? 0) };
+    page,
+  );
+  return { items: rows.map(toWebhook), total };
 }
 
 export async function getWebhook(ctx: ServiceContext, id: string): Promise<Webhook> {
@@ -89,17 +86,16 @@ export async function listExecutions(ctx: ServiceContext, q: ExecutionListQuery,
   if (q.event) conds.push(eq(webhookExecutions.event, q.event));
   if (q.success) conds.push(eq(webhookExecutions.success, q.success === 'true'));
   const where = conds.length ? and(...conds) : undefined;
-  const [rows, [total]] = await Promise.all([
+  const { rows, total } = await paginate(
     db
       .select()
       .from(webhookExecutions)
       .where(where)
-      .orderBy(desc(webhookExecutions.createdAt), desc(webhookExecutions.id))
-      .limit(page.perPage)
-      .offset(page.page * page.perPage),
+      .orderBy(desc(webhookExecutions.createdAt), desc(webhookExecutions.id)),
     db.select({ n: count() }).from(webhookExecutions).where(where),
-  ]);
-  return { items: rows.map(toExecution), total: Number(total?.n ?? 0) };
+    page,
+  );
+  return { items: rows.map(toExecution), total };
 }
 
 export async function getExecution(ctx: ServiceContext, id: string) {
