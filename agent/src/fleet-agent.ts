@@ -332,7 +332,11 @@ export class FleetAgent {
         const last = this.#lastSeq.get(key);
         if (last !== undefined && m.seq >= last) {
           this.#lastSeq.delete(key);
-          this.#claim();
+          // A pending claim either left after this report (the control plane handles an agent's messages
+          // in order, so its answer already counts the slot free) or is followed by another one
+          // (#claimAgain, set when the run ended): claiming now would only cost the control plane an
+          // empty claim.
+          if (!this.#claimPending) this.#claim();
         }
         return; // The outbox side of acks is the session's.
       }

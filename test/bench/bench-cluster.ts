@@ -182,7 +182,9 @@ export function startAgent(cp: ControlPlane, name: string, env: Record<string, s
   mkdirSync(dataDir, { recursive: true });
   // BENCH_AGENT_ROOT: run agents from another checkout (A/B-test an agent change against this one).
   // As deployed (deploy/systemd): the bundled agent with a small young generation.
-  const child = spawn(process.execPath, ['--max-semi-space-size=1', 'bin/ffleet.js', 'agent'], {
+  // BENCH_AGENT_NODE_ARGS: extra node flags for the agents, e.g. "--cpu-prof --cpu-prof-dir=/tmp/p".
+  const nodeArgs = (process.env.BENCH_AGENT_NODE_ARGS ?? '').split(' ').filter(Boolean);
+  const child = spawn(process.execPath, ['--max-semi-space-size=1', ...nodeArgs, 'bin/ffleet.js', 'agent'], {
     cwd: process.env.BENCH_AGENT_ROOT || ROOT,
     env: childEnv({
       MQTT_URL: cp.mqttUrl,

@@ -9,6 +9,7 @@ import { copyFileSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import {
   type ControlPlane,
+  cpuMs,
   percentile,
   postJson,
   sleep,
@@ -42,6 +43,9 @@ export type ThroughputResult = {
   gapsOver500: number;
   agentIdleRssMb: number;
   agentRssAfterMb: number;
+  /** CPU time (user+system) per task during the ffleet run: control plane, and both agents together (ffmpeg not included). */
+  cpCpuMs: number;
+  agentCpuMs: number;
 };
 
 function makeClips(dir: string, count: number): void {
@@ -165,7 +169,10 @@ export async function benchThroughput(cp: ControlPlane, count: number): Promise<
     await runFfleet(cp, done, inDir, join(cp.dir, 'media', 'warm-ffleet'), warm);
     const ids = Array.from({ length: count }, (_, i) => i);
     const d1 = await runDirect(inDir, join(cp.dir, 'media', 'direct-1'), ids);
+    const agentsCpu = () => agents.reduce((s, a) => s + cpuMs(a.pid!), 0);
+    const cpu0 = { cp: cpuMs(cp.child.pid!), agents: agentsCpu() };
     const f = await runFfleet(cp, done, inDir, join(cp.dir, 'media', 'ffleet'), ids);
+    const cpu1 = { cp: cpuMs(cp.child.pid!), agents: agentsCpu() };
     const d2 = await runDirect(inDir, join(cp.dir, 'media', 'direct-2'), ids);
     return {
       count,
@@ -178,6 +185,8 @@ export async function benchThroughput(cp: ControlPlane, count: number): Promise<
       gapsOver500: f.gaps.filter((g) => g > 500).length,
       agentIdleRssMb,
       agentRssAfterMb: Math.max(...agents.map((a) => rssMb(a.pid!))),
+      cpCpuMs: (cpu1.cp - cpu0.cp) / count,
+      agentCpuMs: (cpu1.agents - cpu0.agents) / count,
     };
   } finally {
     await sse.stop();

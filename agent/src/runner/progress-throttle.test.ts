@@ -42,6 +42,17 @@ describe('ProgressThrottle', () => {
     expect(sent.map((s) => s.value)).toEqual([p(5, 10), p(5, 9)]);
   });
 
+  it('counts a value reported by other means as the last report', () => {
+    const start = Date.now();
+    throttle.reported(p(0));
+    throttle.offer(p(0));
+    vi.advanceTimersByTime(100);
+    throttle.offer(p(40));
+    expect(sent).toEqual([]);
+    vi.advanceTimersByTime(PROGRESS_REPORT_INTERVAL_MS);
+    expect(sent.map((s) => [s.value.progress, s.at - start])).toEqual([[40, PROGRESS_REPORT_INTERVAL_MS]]);
+  });
+
   it('drops a pending value when stopped', () => {
     throttle.offer(p(1));
     throttle.offer(p(2));

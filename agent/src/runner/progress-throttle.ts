@@ -46,6 +46,16 @@ export class ProgressThrottle {
     );
   }
 
+  /**
+   * `progress` reached the control plane by other means (the RUNNING report carries progress 0): it
+   * counts as the last report. A transcode shorter than the interval then sends no progress report of
+   * its own (its final report says 100), which spares the control plane one report per short task.
+   */
+  reported(progress: TaskProgress): void {
+    this.last = progress;
+    this.lastSentAt = Date.now();
+  }
+
   /** Drop anything pending (the step ended; its final state is reported separately). */
   stop(): void {
     clearTimeout(this.timer);

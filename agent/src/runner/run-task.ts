@@ -157,6 +157,7 @@ async function runStages(
     progress: 0,
     remaining: -1,
   });
+  throttle.reported({ progress: 0, remaining: -1 });
   const transcode = await runTranscode({
     segments: chain.segments,
     transcoderPath,

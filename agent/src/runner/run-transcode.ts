@@ -80,7 +80,7 @@ export async function runTranscode(input: TranscodeInput): Promise<StepOutcome> 
     const argv = [...TRANSCODER_PREFIX_ARGS, ...args];
     input.logs.agent.add(`transcoder: $ ${formatCommandLine([[input.transcoderPath, ...argv]])}`);
 
-    const result = await runProcess({
+    const running = runProcess({
       file: input.transcoderPath,
       args: argv,
       env: input.env,
@@ -99,6 +99,11 @@ export async function runTranscode(input: TranscodeInput): Promise<StepOutcome> 
         }
       },
     });
+    // The command line goes out now, while the transcoder runs (it is spawned above), rather than with
+    // the transcoder's output when a short transcode ends: one report fewer between the transcoder's
+    // exit and the final report, which the control plane handles in order before the agent's next claim.
+    input.logs.agent.flush();
+    const result = await running;
 
     const label =
       input.segments.length > 1

@@ -32,12 +32,49 @@ describe('OutboxPublisher', () => {
     publisher.goOnline();
     const report = publisher.send('task:1:7', 'agents/a/events', '{"final":true}');
     expect(publisher.sendTransient('claim-1', 'agents/a/requests', '{"type":"claim"}')).toBe(true);
-    expect(sent).toEqual([]); // the report is still being stored: the claim waits behind it
-    await report;
+    // Online: the report leaves while it is being stored, the claim right behind it.
     expect(sent).toEqual(['task:1:7', 'claim-1']);
+    expect(await report).toEqual({ ok: true });
+    expect(outbox.list().map((e) => e.key)).toEqual(['task:1:7']);
     expect(outbox.has('claim-1')).toBe(false);
     publisher.sendTransient('claim-2', 'agents/a/requests', '{}');
     expect(sent.at(-1)).toBe('claim-2');
+  });
+
+  it('an entry acknowledged before its write landed does not stay in the outbox', async () => {
+    publisher.goOnline();
+    const report = publisher.send('task:1:1', 'agents/a/events', '{}');
+    publisher.acknowledge('task:1:1');
+    await report;
+    expect(outbox.has('task:1:1')).toBe(false);
+    expect(outbox.list()).toEqual([]);
+  });
+
+  it('while offline, sends wait for their write and leave in call order once online', async () => {
+    const first = publisher.send('task:1:1', 'agents/a/events', '{}');
+    const second = publisher.send('task:1:2', 'agents/a/events', '{}');
+    await Promise.all([first, second]);
+    expect(sent).toEqual([]);
+    publisher.goOnline();
+    expect(sent).toEqual(['task:1:1', 'task:1:2']);
+    // Online with a send still being written from before: later ones queue behind it.
+    publisher.goOffline();
+    sent = [];
+    const third = publisher.send('task:1:3', 'agents/a/events', '{}');
+    publisher.goOnline(); // replays 1 and 2 (stored); 3 is still being written
+    const fourth = publisher.send('task:1:4', 'agents/a/events', '{}');
+    publisher.sendTransient('claim', 'agents/a/requests', '{}');
+    await Promise.all([third, fourth]);
+    expect(sent).toEqual(['task:1:1', 'task:1:2', 'task:1:3', 'task:1:4', 'claim']);
+  });
+
+  it('sends again what was published but not yet on disk when the connection came back', async () => {
+    publisher.goOnline();
+    const report = publisher.send('task:1:1', 'agents/a/events', '{}');
+    publisher.goOffline();
+    publisher.goOnline(); // its replay cannot include the entry: it is not on disk yet
+    await report;
+    expect(sent).toEqual(['task:1:1', 'task:1:1']);
   });
 
   it('drops a transient message while offline', () => {
