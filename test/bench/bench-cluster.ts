@@ -114,7 +114,7 @@ export async function startControlPlane(
   const mqttPort = await freePort();
   // BENCH_CP_NODE_ARGS: extra node flags for the control plane, e.g. "--cpu-prof --cpu-prof-dir=/tmp/p".
   const nodeArgs = (process.env.BENCH_CP_NODE_ARGS ?? '').split(' ').filter(Boolean);
-  const child = spawn(process.execPath, [...nodeArgs, '--import', 'tsx', 'bin/ffleet.ts', 'control-plane'], {
+  const child = spawn(process.execPath, [...nodeArgs, 'bin/ffleet.js', 'control-plane'], {
     cwd: ROOT,
     env: childEnv({
       FFLEET_DATA_DIR: join(dir, 'cp'),

@@ -192,7 +192,7 @@ export async function startFfleet(
   env: Record<string, string>,
   port: number,
 ): Promise<ChildProcess> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'bin/ffleet.ts', cmd], {
+  const child = spawn(process.execPath, ['bin/ffleet.js', cmd], {
     cwd: ROOT,
     env: { ...process.env, LOG_LEVEL: 'warn', ...env, PORT: String(port) },
     stdio: ['ignore', 'inherit', 'inherit'],

@@ -196,8 +196,8 @@ export class ChildProcessHandle {
 }
 
 /**
- * Spawn `node bin/ffleet.js <command>` (the installed `ffleet` command: the agent from its bundle, the
- * rest through tsx) in its own process group with `env` on top.
+ * Spawn `node bin/ffleet.js <command>` (the installed `ffleet` command, run from its bundle) in its own
+ * process group with `env` on top.
  */
 export function spawnFfleet(command: string, env: Record<string, string>, label: string): ChildProcessHandle {
   const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !OWN_VARS.test(k)));
