@@ -1,0 +1,79 @@
+/**
+ * `npm start` as a user runs it: `ffleet start` with nothing configured but free ports and a data dir —
+ * embedded PGlite, embedded broker and the local agent in one process. One POST transcodes a file; a
+ * restart keeps the task and its result.
+ */
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { makeTestVideo, waitFor } from '../helpers/cluster.ts';
+import { ApiClient } from './support/api-client.ts';
+import { type ChildProcessHandle, findFreePort, spawnFfleet } from './support/processes.ts';
+
+describe('all-in-one (ffleet start)', () => {
+  let dir: string;
+  let env: Record<string, string>;
+  let api: ApiClient;
+  let proc: ChildProcessHandle | undefined;
+
+  const start = async () => {
+    proc = spawnFfleet('start', env, 'all-in-one');
+    await waitFor(() => api.health(), 90_000, 'all-in-one /health').catch((err) => {
+      throw new Error(`${(err as Error).message}\n${proc?.output().slice(-4000)}`);
+    });
+  };
+
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'ffleet-all-in-one-'));
+    const port = await findFreePort();
+    env = {
+      FFLEET_DATA_DIR: join(dir, 'data'),
+      PORT: String(port),
+      MQTT_PORT: String(await findFreePort()),
+      HOST: '127.0.0.1',
+      LOG_LEVEL: 'info',
+    };
+    api = new ApiClient(`http://127.0.0.1:${port}`);
+  });
+
+  afterAll(async () => {
+    await proc?.terminate();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('transcodes a posted file with its local agent, and keeps the task across a restart', async () => {
+    const input = await makeTestVideo(join(dir, 'media'), 'in.mp4', 1);
+    const output = join(dir, 'out', 'sub', 'in-small.mp4');
+    await start();
+    const local = await waitFor(
+      async () => {
+        const r = await api.get<Array<{ name: string; status: string }>>('/api/v1/agents');
+        return r.body.find((a) => a.status === 'online');
+      },
+      30_000,
+      'the local agent online',
+    );
+
+    const task = await api.createTask({
+      command: '-i ${INPUT_FILE} -vf scale=160:-2 -c:v mpeg4 ${OUTPUT_FILE}',
+      inputFile: input,
+      outputFile: output,
+    });
+    const done = await api.waitForTask(task.id, undefined, 60_000);
+    expect(done).toMatchObject({
+      status: 'DONE_SUCCESSFUL',
+      progress: 100,
+      attempt: 1,
+      agent: { name: local.name },
+      outputFile: { resolved: output },
+    });
+    expect(existsSync(output)).toBe(true);
+    expect(await api.taskLogs(task.id)).toContain('in.mp4');
+
+    await proc?.terminate();
+    expect(await proc?.exited).toEqual({ code: 0, signal: null });
+    await start();
+    expect(await api.getTask(task.id)).toMatchObject({ status: 'DONE_SUCCESSFUL', progress: 100 });
+  }, 180_000);
+});
