@@ -33,7 +33,13 @@ import {
 import { applyReportIn } from './reports.ts';
 import { SerialQueues } from './serial-queue.ts';
 import { planAssignments, saveAssignments, toAssignment } from './watch-assignment.ts';
-import { confirmWatchLock, createWatchTask } from './watch-tasks.ts';
+import {
+  confirmWatchLock,
+  createWatchTask,
+  createWatchTasksIn,
+  type WatchFileRequest,
+  type WatchFileResult,
+} from './watch-tasks.ts';
 
 export type FleetOptions = {
   ctx: ServiceContext;
@@ -54,6 +60,11 @@ const DEFAULT_SILENT_AFTER_MS = 20_000;
  * end DONE_ERROR past its attempt limit). Finishing reports leave their batch to the group's end.
  */
 const mayLockBatch = (r: TaskReport): boolean => r.kind === 'update' && r.patch.status === 'QUEUED';
+
+/** Watchfolder files written in one group job at most (bounds the transaction a claim may wait behind). */
+const WATCH_BATCH = 256;
+
+type WatchFileJob = { name: string; req: WatchFileRequest & { requestId: string } };
 
 /**
  * The control plane's side of the agent protocol (PROTOCOL.md): presence, claims, fenced reports,
@@ -85,6 +96,9 @@ export class Fleet implements FleetHooks {
   #assigning: Promise<void> | null = null;
   #assignAgain = false;
   #stopped = false;
+  /** `watch.file` requests of all agents waiting for the next batch (see #watchFile). */
+  #watchFiles: WatchFileJob[] = [];
+  #watchRun: Promise<void> | null = null;
   /**
    * True while we hear the agents: connected to the broker, with the leases extended after the
    * (re)connect. Leases only expire while listening; otherwise a control-plane restart or a broker
@@ -110,6 +124,9 @@ export class Fleet implements FleetHooks {
     });
     m.onRequest((id, r) => {
       this.#hear(id);
+      // Idempotent per file version (the watch key), so not behind the agent's other messages: its
+      // `watch.locked` comes only after the answer, i.e. after the commit.
+      if (r.type === 'watch.file') return this.#watchFile(id, r);
       return this.#serial.run(id, () => this.#onRequest(id, r));
     });
     m.onReport((id, r) => {
@@ -133,6 +150,7 @@ export class Fleet implements FleetHooks {
     if (this.#sweepTimer) clearInterval(this.#sweepTimer);
     if (this.#hintTimer) clearImmediate(this.#hintTimer);
     await this.#serial.drain();
+    await this.#watchRun;
     await this.#group.drain();
     await this.#assigning;
     await this.#flushHeard().catch(() => {});
@@ -268,19 +286,13 @@ export class Fleet implements FleetHooks {
         // Work committed while this claim ran: its hint reached an agent still waiting for this
         // answer, which ignores hints then. Answering "nothing" would leave it idle until its poll.
         if (!claimed.length && seq !== this.#workSeq && this.#mayClaim(agent)) claimed = await claim();
-        await this.#send(name, { type: 'claim.result', requestId: req.requestId, tasks: claimed });
+        // Not awaited (here and for acks): the agent's next message need not wait for this one's
+        // PUBACK; one client publishes in call order, so the agent still sees answers in order.
+        void this.#send(name, { type: 'claim.result', requestId: req.requestId, tasks: claimed });
         return;
       }
-      case 'watch.file': {
-        const r = await createWatchTask(this.#ctx, req);
-        await this.#send(
-          name,
-          r.ok
-            ? { type: 'request.result', requestId: req.requestId, ok: true, taskId: r.taskId }
-            : { type: 'request.result', requestId: req.requestId, ok: false, error: r.error },
-        );
-        return;
-      }
+      case 'watch.file':
+        return this.#watchFile(name, req);
       case 'watch.locked': {
         await confirmWatchLock(this.#ctx, req.watchfolderId, req.taskId);
         await this.#send(name, { type: 'request.result', requestId: req.requestId, ok: true });
@@ -304,13 +316,13 @@ export class Fleet implements FleetHooks {
         ),
       { locksBatch: mayLockBatch(report) },
     );
-    await this.#send(name, { type: 'ack', taskId: report.taskId, attempt: report.attempt, seq: report.seq });
+    void this.#send(name, { type: 'ack', taskId: report.taskId, attempt: report.attempt, seq: report.seq });
     if (outcome.kind === 'stale') {
       this.#log.warn(
         { agent: name, taskId: report.taskId, attempt: report.attempt, reason: outcome.reason },
         'stale report; telling the agent to stop',
       );
-      await this.#send(name, {
+      void this.#send(name, {
         type: 'task.cancel',
         taskId: report.taskId,
         attempt: report.attempt,
@@ -322,13 +334,75 @@ export class Fleet implements FleetHooks {
       this.workAvailable();
     } else if (outcome.kind === 'applied' && outcome.cancelRequested) {
       // The cancel may have been lost (agent reconnecting): repeat it until the agent finishes the task.
-      await this.#send(name, {
+      void this.#send(name, {
         type: 'task.cancel',
         taskId: report.taskId,
         attempt: report.attempt,
         reason: 'canceled',
       });
     }
+  }
+
+  /**
+   * `watch.file` requests of every agent are batched: those that arrive while a batch is written go
+   * into the next one, which is ONE group-commit job (createWatchTasksIn: two reads for the whole batch,
+   * one statement per new task). Each answer is sent after the commit, as before.
+   */
+  async #watchFile(name: string, req: WatchFileJob['req']): Promise<void> {
+    const agent = await this.#agent(name);
+    if (!agent) return;
+    this.#watchFiles.push({ name, req });
+    if (!this.#watchRun) this.#watchRun = this.#drainWatchFiles();
+  }
+
+  async #drainWatchFiles(): Promise<void> {
+    // Let the requests that arrived in the same I/O turn join the first batch.
+    await new Promise((r) => setImmediate(r));
+    while (this.#watchFiles.length) {
+      const batch = this.#watchFiles.splice(0, WATCH_BATCH);
+      try {
+        await this.#writeWatchFiles(batch);
+      } catch (err) {
+        this.#log.error({ err, files: batch.length }, 'watchfolder files not written');
+      }
+    }
+    // In the same synchronous step as the last check: a request pushed later starts a new drain.
+    this.#watchRun = null;
+  }
+
+  async #writeWatchFiles(batch: WatchFileJob[]): Promise<void> {
+    const reqs = batch.map((b) => b.req);
+    let results: (WatchFileResult | null)[];
+    try {
+      results = await this.#group.run((tx, ev) => createWatchTasksIn(tx, ev, this.#ctx.now(), reqs));
+    } catch (err) {
+      // A unique violation (the same file version committed by another transaction meanwhile, e.g.
+      // two agents during a failover) or another failure: one transaction per file, each answering
+      // with the task that exists. A file that fails again gets no answer (the agent retries).
+      this.#log.debug({ err, files: batch.length }, 'watchfolder batch failed; writing file by file');
+      results = [];
+      for (const r of reqs) {
+        results.push(
+          await createWatchTask(this.#ctx, r).catch((e: unknown) => {
+            this.#log.error({ err: e, watchfolderId: r.watchfolderId }, 'watchfolder file not written');
+            return null;
+          }),
+        );
+      }
+    }
+    if (results.some((r) => r?.ok && r.created)) this.workAvailable();
+    await Promise.all(
+      batch.map(({ name, req }, i) => {
+        const r = results[i];
+        if (!r) return Promise.resolve();
+        return this.#send(
+          name,
+          r.ok
+            ? { type: 'request.result', requestId: req.requestId, ok: true, taskId: r.taskId }
+            : { type: 'request.result', requestId: req.requestId, ok: false, error: r.error },
+        );
+      }),
+    );
   }
 
   // ---- helpers ----

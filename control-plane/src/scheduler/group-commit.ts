@@ -1,7 +1,8 @@
 import type { Db } from '../db/client.ts';
 import type { EmittedEvents } from '../events/outbox.ts';
-import { type ServiceContext, transact } from '../services/context.ts';
+import type { ServiceContext } from '../services/context.ts';
 import { finishBatchIfDone } from '../services/tasks.ts';
+import { GroupEvents } from './group-events.ts';
 
 /**
  * What a job may leave to the end of its group: `finishBatch(id)` runs finishBatchIfDone for that
@@ -107,7 +108,7 @@ export class GroupCommit {
   async #write(jobs: Queued[]): Promise<void> {
     let results: unknown[];
     try {
-      results = await transact(this.#ctx, async (tx, ev) => {
+      results = await this.#transact(async (tx, ev) => {
         const scope = new Scope();
         const out: unknown[] = [];
         for (const j of jobs) out.push(await j.fn(tx, ev, scope));
@@ -122,7 +123,7 @@ export class GroupCommit {
       for (const j of jobs) {
         try {
           j.resolve(
-            await transact(this.#ctx, async (tx, ev) => {
+            await this.#transact(async (tx, ev) => {
               const scope = new Scope();
               const r = await j.fn(tx, ev, scope);
               await scope.end(tx, ev, this.#ctx.now());
@@ -136,6 +137,20 @@ export class GroupCommit {
       return;
     }
     for (const [i, j] of jobs.entries()) j.resolve(results[i]);
+  }
+
+  /** services' `transact`, with the group's events written together just before the commit. */
+  async #transact<T>(fn: (tx: Db, ev: EmittedEvents) => Promise<T>): Promise<T> {
+    let emitted: GroupEvents | undefined;
+    const result = await this.#ctx.database.db.transaction(async (t) => {
+      const tx = t as unknown as Db;
+      emitted = new GroupEvents(tx);
+      const r = await fn(tx, emitted);
+      await emitted.flush();
+      return r;
+    });
+    emitted?.publish(this.#ctx.bus);
+    return result;
   }
 }
 
