@@ -17,62 +17,78 @@ export type EmitOptions = {
 
 const eventTexts = new Map<string, string>();
 
-/**
- * The statement that writes one event and its webhook deliveries: the events row, one delivery per
- * global subscription (read from `webhooks` by the same statement, so a subscription created on any
- * replica is seen) and one per matching direct webhook. `before` are further data-modifying CTEs
- * (`name AS (…), `, numbered from $1) run by the same statement, e.g. the task insert the event is
- * about. The text depends only on `before`'s text and the number of direct webhooks, so it is built
- * once per shape (and prepared once per connection).
- */
-export function eventStatement(
-  payload: EventPayload,
-  opts: EmitOptions,
-  now: number,
-  before?: RawStatement,
-): RawStatement {
-  const direct = ((opts.direct ?? []) as DirectWebhook[]).filter((d) => d.event === opts.event);
-  const head = before?.text ?? '';
-  const base = before?.params.length ?? 0;
-  const key = `${direct.length}|${base}|${head}`;
-  let text = eventTexts.get(key);
-  if (text === undefined) {
-    const p = (i: number) => `$${base + i}`;
-    // $1 event id, $2 event name, $3 payload, $4 now, $5 task id, $6 progressOnly, $7… direct URLs.
-    // Delivery columns: id, event_id, event, webhook_id, source, url, secret, task_id, progress_only,
-    // next_attempt_at, created_at, updated_at (ids are random v4 UUIDs, like randomUUID()).
-    const tail = `${p(5)}::uuid, ${p(6)}::boolean, ${p(4)}::bigint, ${p(4)}::bigint, ${p(4)}::bigint`;
-    const directRows = direct.length
-      ? ` UNION ALL SELECT gen_random_uuid(), ${p(1)}::uuid, ${p(2)}::text, NULL::uuid, 'direct', d.url, NULL::text, ${tail}
-    FROM (VALUES ${direct.map((_, i) => `(${p(7 + i)}::text)`).join(', ')}) AS d(url)`
-      : '';
-    text = `WITH ${head}ev AS (
-  INSERT INTO events (id, event, payload, created_at)
-  VALUES (${p(1)}::uuid, ${p(2)}::text, ${p(3)}::jsonb, ${p(4)}::bigint)
-)
-INSERT INTO deliveries (id, event_id, event, webhook_id, source, url, secret, task_id, progress_only,
-  next_attempt_at, created_at, updated_at)
-SELECT gen_random_uuid(), ${p(1)}::uuid, ${p(2)}::text, w.id, 'global', w.url, w.secret, ${tail}
-  FROM webhooks w WHERE w.event = ${p(2)}::text${directRows}`;
-    if (eventTexts.size < 1000) eventTexts.set(key, text);
-  }
+/** An event about to be written: its payload and the direct webhooks that receive it. */
+export type PendingEvent = {
+  payload: EventPayload;
+  opts: EmitOptions;
+  now: number;
+  direct: DirectWebhook[];
+};
+
+export function pendingEvent(opts: EmitOptions): PendingEvent {
+  const now = opts.now ?? Date.now();
   return {
-    text,
-    params: [
-      ...(before?.params ?? []),
-      payload.id,
-      opts.event,
-      JSON.stringify(payload),
-      now,
-      opts.taskId ?? null,
-      opts.progressOnly ?? false,
-      ...direct.map((d) => d.url),
-    ],
+    payload: { id: randomUUID(), event: opts.event, timestamp: new Date(now).toISOString(), data: opts.data },
+    opts,
+    now,
+    direct: ((opts.direct ?? []) as DirectWebhook[]).filter((d) => d.event === opts.event),
   };
 }
 
-function payloadOf(opts: EmitOptions, now: number): EventPayload {
-  return { id: randomUUID(), event: opts.event, timestamp: new Date(now).toISOString(), data: opts.data };
+/**
+ * The statement that writes events and their webhook deliveries: the events rows, one delivery per
+ * event and global subscription (read from `webhooks` by the same statement, so a subscription created
+ * on any replica is seen) and one per matching direct webhook. `before` are further data-modifying
+ * CTEs (`name AS (…), `, numbered from $1) run by the same statement, e.g. the task insert the event is
+ * about. The text depends only on `before`'s text and the numbers of events and direct webhooks, so
+ * it is built once per shape (and prepared once per connection). Returns rows written = deliveries.
+ */
+export function eventsStatement(items: readonly PendingEvent[], before?: RawStatement): RawStatement {
+  const head = before?.text ?? '';
+  const base = before?.params.length ?? 0;
+  const nDirect = items.reduce((n, it) => n + it.direct.length, 0);
+  const key = `${items.length}|${nDirect}|${base}|${head}`;
+  let text = eventTexts.get(key);
+  if (text === undefined) {
+    let p = base;
+    const next = () => `$${++p}`;
+    // Per event: id, event name, payload, now, task id, progressOnly; then (event id, url) per direct.
+    const rows = items.map(
+      () =>
+        `(${next()}::uuid, ${next()}::text, ${next()}::jsonb, ${next()}::bigint, ${next()}::uuid, ${next()}::boolean)`,
+    );
+    const directRows = Array.from({ length: nDirect }, () => `(${next()}::uuid, ${next()}::text)`);
+    // Delivery columns: id, event_id, event, webhook_id, source, url, secret, task_id, progress_only,
+    // next_attempt_at, created_at, updated_at (ids are random v4 UUIDs, like randomUUID()).
+    const tail = 'ev.task_id, ev.progress_only, ev.created_at, ev.created_at, ev.created_at';
+    const direct = nDirect
+      ? ` UNION ALL SELECT gen_random_uuid(), ev.id, ev.event, NULL::uuid, 'direct', d.url, NULL::text, ${tail}
+  FROM (VALUES ${directRows.join(', ')}) AS d(event_id, url) JOIN ev ON ev.id = d.event_id`
+      : '';
+    text = `WITH ${head}ev(id, event, payload, created_at, task_id, progress_only) AS (
+  VALUES ${rows.join(', ')}
+), ins AS (
+  INSERT INTO events (id, event, payload, created_at) SELECT id, event, payload, created_at FROM ev
+)
+INSERT INTO deliveries (id, event_id, event, webhook_id, source, url, secret, task_id, progress_only,
+  next_attempt_at, created_at, updated_at)
+SELECT gen_random_uuid(), ev.id, ev.event, w.id, 'global', w.url, w.secret, ${tail}
+  FROM ev JOIN webhooks w ON w.event = ev.event${direct}`;
+    if (eventTexts.size < 1000) eventTexts.set(key, text);
+  }
+  const params: unknown[] = [...(before?.params ?? [])];
+  for (const it of items) {
+    params.push(
+      it.payload.id,
+      it.opts.event,
+      JSON.stringify(it.payload),
+      it.now,
+      it.opts.taskId ?? null,
+      it.opts.progressOnly ?? false,
+    );
+  }
+  for (const it of items) for (const d of it.direct) params.push(it.payload.id, d.url);
+  return { text, params };
 }
 
 /**
@@ -85,10 +101,9 @@ export async function writeEvent(
   opts: EmitOptions,
   before?: RawStatement,
 ): Promise<{ payload: EventPayload; deliveries: number }> {
-  const now = opts.now ?? Date.now();
-  const payload = payloadOf(opts, now);
-  const deliveries = await execRaw(tx, eventStatement(payload, opts, now, before));
-  return { payload, deliveries };
+  const item = pendingEvent(opts);
+  const deliveries = await execRaw(tx, eventsStatement([item], before));
+  return { payload: item.payload, deliveries };
 }
 
 /** Collects the payloads a transaction emitted; `publish` hands them to the bus after commit. */
@@ -98,7 +113,7 @@ export class EmittedEvents {
   deliveries = 0;
   constructor(private readonly tx: Db) {}
 
-  /** `before`: data-modifying CTEs to run in the same statement (see eventStatement). */
+  /** `before`: data-modifying CTEs to run in the same statement (see eventsStatement). */
   async emit(opts: EmitOptions, before?: RawStatement): Promise<EventPayload> {
     const { payload, deliveries } = await writeEvent(this.tx, opts, before);
     this.items.push(payload);

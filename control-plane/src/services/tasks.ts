@@ -77,7 +77,7 @@ const INSERT_TEXT = `new_task AS (INSERT INTO tasks (${INSERT_COLUMNS.map((k) =>
   VALUES (${INSERT_COLUMNS.map((_, i) => `$${i + 1}`).join(', ')})), `;
 
 /**
- * The task insert as a CTE for eventStatement: a fixed column list (one text, one prepared statement)
+ * The task insert as a CTE for eventsStatement: a fixed column list (one text, one prepared statement)
  * and values encoded by their columns as drizzle's insert builder encodes them. A row that sets other
  * columns or leaves one of these unset goes through the builder.
  */
