@@ -76,6 +76,8 @@ export const tasks = pgTable(
     index('tasks_batch_idx').on(t.batchId, t.createdAt.desc()),
     index('tasks_preset_idx').on(t.presetId),
     index('tasks_agent_idx').on(t.agentId),
+    // The free-slot count inside a claim: this agent's running tasks.
+    index('tasks_agent_running_idx').on(t.agentId).where(sql`status IN ('PRE_PROCESSING','RUNNING')`),
     index('tasks_source_idx').on(t.source, t.createdAt.desc()),
     index('tasks_lease_idx').on(t.leaseExpiresAt).where(sql`status IN ('PRE_PROCESSING','RUNNING')`),
     uniqueIndex('tasks_watch_key_idx').on(t.watchKey),

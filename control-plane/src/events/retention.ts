@@ -21,7 +21,8 @@ export type RetentionOptions = {
 
 /**
  * Keeps the outbox tables bounded: every task change writes an event row (progress too), so without
- * pruning they grow forever. Pending deliveries and the events they need are never removed.
+ * pruning they grow forever. Pending deliveries and the events they need are never removed. On the
+ * embedded database it also vacuums the busy tables (PGlite runs no autovacuum).
  */
 export class RetentionSweeper {
   readonly #o: Required<Omit<RetentionOptions, 'database' | 'logger'>> &
@@ -93,6 +94,13 @@ export class RetentionSweeper {
         .where(lt(idempotencyKeys.createdAt, now - this.#o.idempotencyMs))
         .returning({ key: idempotencyKeys.key });
       await compactTaskCounts(db);
+      // PGlite has no autovacuum: without this, dead row versions of every task update and delivery
+      // pile up in the tables and their indexes forever, and claims and lists slow down with them.
+      if (this.#o.database.kind === 'pglite') {
+        await db.execute(
+          sql`VACUUM (ANALYZE) tasks, task_counts, deliveries, events, agents, webhook_executions`,
+        );
+      }
       if (d.length + e.length + x.length + k.length > 0) {
         this.#o.logger.info(
           { deliveries: d.length, events: e.length, executions: x.length, idempotencyKeys: k.length },

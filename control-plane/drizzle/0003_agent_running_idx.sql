@@ -1,0 +1,1 @@
+CREATE INDEX "tasks_agent_running_idx" ON "tasks" USING btree ("agent_id") WHERE status IN ('PRE_PROCESSING','RUNNING');
