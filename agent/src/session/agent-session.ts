@@ -127,7 +127,11 @@ export class AgentSession extends EventEmitter<SessionEvents> {
       },
     });
     this.client = client;
-    client.on('connect', () => void this.onConnect(client, ++this.generation));
+    client.on('connect', () => {
+      // Small packets must not wait for the previous one's ACK (Nagle + delayed ACK: up to 40 ms).
+      (client.stream as { setNoDelay?: (on: boolean) => void }).setNoDelay?.(true);
+      void this.onConnect(client, ++this.generation);
+    });
     client.on('close', () => this.onClose());
     client.on('error', (err) => this.onError(err));
     client.on('message', (topic, payload) => this.onMessage(topic, payload));

@@ -129,7 +129,11 @@ export class ControlPlaneClient extends EventEmitter<{ connection: [connected: b
     });
     this.client = client;
     client.on('message', (topic, payload, packet) => this.dispatch(topic, payload, packet));
-    client.on('connect', () => void this.onConnect(client));
+    client.on('connect', () => {
+      // Small packets must not wait for the previous one's ACK (Nagle + delayed ACK: up to 40 ms).
+      (client.stream as { setNoDelay?: (on: boolean) => void }).setNoDelay?.(true);
+      void this.onConnect(client);
+    });
     client.on('close', () => this.setConnected(false));
     client.on('error', (err) => this.logError(err));
 

@@ -70,6 +70,9 @@ export class EmbeddedBroker {
     );
 
     const server = createServer((socket) => {
+      // MQTT packets are small: with Nagle's algorithm one waits for the ACK of the previous one, which
+      // the peer's delayed ACK holds back up to 40 ms (a claim answer sent right after a PUBACK).
+      socket.setNoDelay(true);
       this.sockets.add(socket);
       socket.once('close', () => this.sockets.delete(socket));
       aedes.handle(socket);

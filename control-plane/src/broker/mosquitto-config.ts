@@ -81,6 +81,8 @@ export function renderMosquittoConf(opts: {
     ...(opts.runAsUser ? [`user ${opts.runAsUser}`] : []),
     ...persistence,
     `max_queued_messages ${opts.maxQueuedMessages}`,
+    '# MQTT packets are small: without this, Nagle + delayed ACK hold one back up to 40 ms.',
+    'set_tcp_nodelay true',
     'log_dest stderr',
     'log_type error',
     'log_type warning',
