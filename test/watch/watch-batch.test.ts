@@ -95,30 +95,14 @@ describe('events of a group', () => {
       attempt: claimed[0]!.attempt,
       leaseToken: claimed[0]!.leaseToken,
     };
+    const report = (seq: number, patch: Record<string, unknown>) =>
+      group.run((tx, ev, scope) =>
+        applyReportIn(tx, ev, now, agent.id, { ...base, seq, patch }, 60_000, (b) => scope.finishBatch(b)),
+      );
     // Queued in the same turn: one group, one transaction, one events statement.
     const outcomes = await Promise.all([
-      group.run((tx, ev, scope) =>
-        applyReportIn(
-          tx,
-          ev,
-          now,
-          agent.id,
-          { ...base, seq: 0, patch: { status: 'RUNNING', startedAt: now } },
-          60_000,
-          (b) => scope.finishBatch(b),
-        ),
-      ),
-      group.run((tx, ev, scope) =>
-        applyReportIn(
-          tx,
-          ev,
-          now,
-          agent.id,
-          { ...base, seq: 1, patch: { status: 'DONE_SUCCESSFUL', progress: 100, finishedAt: now } },
-          60_000,
-          (b) => scope.finishBatch(b),
-        ),
-      ),
+      report(0, { status: 'RUNNING', startedAt: now }),
+      report(1, { status: 'DONE_SUCCESSFUL', progress: 100, finishedAt: now }),
     ]);
     expect(outcomes.map((o) => o.kind === 'applied' && o.status)).toEqual(['RUNNING', 'DONE_SUCCESSFUL']);
     const events = await t.db.rows<{ status: string }>(

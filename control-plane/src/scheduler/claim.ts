@@ -5,7 +5,7 @@ import { toTask } from '../db/mappers.ts';
 import { tasks } from '../db/schema.ts';
 import type { EmittedEvents } from '../events/outbox.ts';
 import { type ServiceContext, transact } from '../services/context.ts';
-import { taskEventData } from '../services/tasks.ts';
+import { emitTaskUpdated } from '../services/tasks.ts';
 
 /** A literal text[] built from parameters (works the same on postgres-js and PGlite). */
 export const textArray = (values: readonly string[]): SQL =>
@@ -123,13 +123,7 @@ export async function claimTasksIn(
   const out: ClaimedTask[] = [];
   for (const row of claimed) {
     const task = toTask(row);
-    await ev.emit({
-      event: 'task.updated',
-      data: taskEventData(task),
-      direct: task.webhooks,
-      taskId: task.id,
-      now,
-    });
+    await emitTaskUpdated(ev, task, now);
     out.push({ task, attempt: row.attempt, leaseToken: row.leaseToken!, leaseTtlMs });
   }
   return out;

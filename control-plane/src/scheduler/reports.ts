@@ -112,6 +112,18 @@ export async function applyReportIn(
   return applyClassified(tx, ev, now, agentId, report, leaseTtlMs);
 }
 
+/** Keep a log report's text (NUL-free) as one row of the task's logs. */
+async function storeLog(tx: Db, report: Extract<TaskReport, { kind: 'log' }>, now: number): Promise<void> {
+  if (!report.text.length) return;
+  await tx.insert(taskLogs).values({
+    taskId: report.taskId,
+    attempt: report.attempt,
+    step: report.step,
+    text: storable(report.text),
+    createdAt: now,
+  });
+}
+
 /** The fence as a WHERE clause: this attempt, this lease, this agent, a seq not applied yet. */
 const fencedWhere = (agentId: string, r: TaskReport) => [
   eq(tasks.id, r.taskId),
@@ -137,15 +149,7 @@ async function applyFenced(
       .where(and(...fencedWhere(agentId, report)))
       .returning({ status: tasks.status, cancelRequested: tasks.cancelRequested });
     if (!r) return null;
-    if (report.text.length) {
-      await tx.insert(taskLogs).values({
-        taskId: report.taskId,
-        attempt: report.attempt,
-        step: report.step,
-        text: storable(report.text),
-        createdAt: now,
-      });
-    }
+    await storeLog(tx, report, now);
     return {
       kind: 'applied',
       status: r.status as TaskStatus,
@@ -195,15 +199,7 @@ async function applyClassified(
   if (fenced) return fenced;
   if (row!.agentId !== agentId) return { kind: 'stale', reason: 'task is assigned to another agent' };
   if (report.kind === 'log') {
-    if (report.text.length) {
-      await tx.insert(taskLogs).values({
-        taskId: report.taskId,
-        attempt: report.attempt,
-        step: report.step,
-        text: storable(report.text),
-        createdAt: now,
-      });
-    }
+    await storeLog(tx, report, now);
     await tx
       .update(tasks)
       .set({ reportSeq: report.seq, leaseExpiresAt: now + leaseTtlMs })

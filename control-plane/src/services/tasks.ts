@@ -243,6 +243,18 @@ export async function saveTaskChange(
   return changed.task;
 }
 
+/** `task.updated` for `task` as it now is, to global and the task's own webhooks. */
+export function emitTaskUpdated(ev: EmittedEvents, task: Task, now: number, progressOnly = false) {
+  return ev.emit({
+    event: 'task.updated',
+    data: taskEventData(task),
+    direct: task.webhooks,
+    taskId: task.id,
+    progressOnly,
+    now,
+  });
+}
+
 /**
  * Update the task `where` selects (one row at most) and emit what the change means: `task.updated`,
  * and `batch.finished` when it finished its batch's last task. `finishBatch` defers that batch check
@@ -262,14 +274,7 @@ export async function applyTaskChange(
     .returning();
   if (!row) return null;
   const task = toTask(row);
-  await ev.emit({
-    event: 'task.updated',
-    data: taskEventData(task),
-    direct: task.webhooks,
-    taskId: task.id,
-    progressOnly: opts.progressOnly ?? false,
-    now: opts.now,
-  });
+  await emitTaskUpdated(ev, task, opts.now, opts.progressOnly);
   if (patch.status && isDoneStatus(patch.status) && task.batch) {
     if (opts.finishBatch) opts.finishBatch(task.batch);
     else await finishBatchIfDone(tx, ev, task.batch, opts.now);
