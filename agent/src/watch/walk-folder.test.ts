@@ -32,6 +32,24 @@ describe('walkFolder', () => {
     expect(w.locked).toEqual(['a/done.mov']);
   });
 
+  it('with onLocked tells each locked file by directory and name instead of listing it', async () => {
+    put('top.mov');
+    put('top.mov.lock', '');
+    put('a/done.mov');
+    put('a/done.mov.lock', '');
+    put('a/open.mov');
+    const told: [string, string][] = [];
+    const w = await walkFolder(dirs.root, compileFilter({}), (relDir, name) => told.push([relDir, name]));
+    expect(w.ok).toBe(true);
+    if (!w.ok) return;
+    expect(told.sort()).toEqual([
+      ['', 'top.mov'],
+      ['a', 'done.mov'],
+    ]);
+    expect(w.locked).toEqual([]);
+    expect(w.files.map((f) => f.rel)).toEqual(['a/open.mov']);
+  });
+
   it('skips dot-files, dot-directories, lock files, filtered files and symlinks', async () => {
     const outside = join(dirs.tmp, 'outside');
     mkdirSync(outside);

@@ -18,7 +18,10 @@ export type WalkResult =
       ok: true;
       /** Candidates without `<file>.lock`. */
       files: FoundFile[];
-      /** Candidates with `<file>.lock` beside them (the lock on disk is the truth): relative paths only. */
+      /**
+       * Candidates with `<file>.lock` beside them (the lock on disk is the truth): relative paths only.
+       * Empty when the caller passed `onLocked`.
+       */
       locked: string[];
       /** Every directory read, relative (`''` = the root). */
       dirs: string[];
@@ -43,12 +46,24 @@ export function describeRootError(root: string, err: unknown): string {
 }
 
 /**
+ * Told about each locked candidate as its directory is listed (`relDir` as in {@link WalkResult} `dirs`).
+ * With it the walk keeps no list of locked files: in a processed folder nearly every file is locked, and
+ * a path string per locked file, alive for the whole scan, outlives the small young generation the agent
+ * runs with and fills the old generation (measured ~7 MB of heap for 11,000 locked files).
+ */
+export type OnLocked = (relDir: string, name: string) => void;
+
+/**
  * Walk `root` recursively without following symlinks (the root itself may be a symlink to a directory:
  * operators point watchfolders at mount links). Hidden entries are not entered, lock files and files
  * the filter rejects are not returned. Uses the directory listing for the lock check so a locked file
  * costs no extra system call.
  */
-export async function walkFolder(root: string, filter: CompiledFilter): Promise<WalkResult> {
+export async function walkFolder(
+  root: string,
+  filter: CompiledFilter,
+  onLocked?: OnLocked,
+): Promise<WalkResult> {
   try {
     const st = await stat(root);
     if (!st.isDirectory()) return { ok: false, error: describeRootError(root, { code: 'ENOTDIR' }) };
@@ -75,10 +90,18 @@ export async function walkFolder(root: string, filter: CompiledFilter): Promise<
       }
       // Dirent types come from lstat semantics: a symlink is never isFile(), so links are not followed.
       if (!entry.isFile() || !isCandidateName(name, filter)) continue;
-      names ??= new Set(entries.map((e) => e.name));
+      // Only names ending in the suffix can match `name + LOCK_SUFFIX`; a set of just those is half the size.
+      if (names === undefined) {
+        names = new Set();
+        for (const e of entries) if (e.name.endsWith(LOCK_SUFFIX)) names.add(e.name);
+      }
+      if (names.has(name + LOCK_SUFFIX)) {
+        if (onLocked !== undefined) onLocked(relDir, name);
+        else locked.push(relDir === '' ? name : `${relDir}/${name}`);
+        continue;
+      }
       const rel = relDir === '' ? name : `${relDir}/${name}`;
-      if (names.has(name + LOCK_SUFFIX)) locked.push(rel);
-      else files.push({ rel, abs: `${prefix}${sep}${rel}`, local });
+      files.push({ rel, abs: `${prefix}${sep}${rel}`, local });
     }
   };
   try {

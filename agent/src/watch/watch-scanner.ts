@@ -175,7 +175,17 @@ export class WatchScanner {
     if (epoch !== this.epoch) return;
     const startedAt = performance.now();
     const folder = this.folder;
-    const walk = await walkFolder(this.assignment.path, this.filter);
+    // Only chokidar needs the set of locked files (to place no watch on them).
+    const locked = this.watcherMode() === 'chokidar' ? new Set<string>() : undefined;
+    // A locked file is done: whatever was known about it goes (unless its submit is still in flight), and
+    // it is not "seen" (so the final retainOnly drops it too). Told per file during the walk instead of
+    // as a list: in the steady state (nothing tracked, every file locked) no path string is built at all.
+    const walk = await walkFolder(this.assignment.path, this.filter, (relDir, name) => {
+      if (epoch !== this.epoch || (locked === undefined && folder.isEmpty())) return;
+      const rel = relDir === '' ? name : `${relDir}/${name}`;
+      locked?.add(rel);
+      if (!folder.inFlight.has(rel)) folder.forget(rel);
+    });
     if (epoch !== this.epoch) return;
     if (!walk.ok) {
       if (folder.rootError !== walk.error)
@@ -186,14 +196,8 @@ export class WatchScanner {
       if (folder.rootError !== '') this.log.info('watchfolder readable again');
       folder.rootError = '';
       folder.unreadableDirs = walk.unreadableDirs;
-      await this.checkScanned(
-        epoch,
-        folder,
-        walk.files,
-        walk.locked,
-        startedAt,
-        walk.unreadableDirs.length === 0,
-      );
+      if (locked !== undefined) folder.locked = locked;
+      await this.checkScanned(epoch, folder, walk.files, startedAt, walk.unreadableDirs.length === 0);
       if (epoch !== this.epoch) return;
       await this.ensureWatcher(epoch);
       this.watcher?.syncDirectories(walk.dirs);
@@ -208,15 +212,9 @@ export class WatchScanner {
     epoch: number,
     folder: FolderState,
     files: FoundFile[],
-    locked: string[],
     at: number,
     complete: boolean,
   ): Promise<void> {
-    // A locked file is done: whatever was known about it goes, and it is not "seen" (so the final
-    // retainOnly drops it too).
-    if (!folder.isEmpty()) for (const rel of locked) if (!folder.inFlight.has(rel)) folder.forget(rel);
-    // Only chokidar needs it (to place no watch per locked file); a set of 10,000 paths per scan is not free.
-    if (this.watcherMode() === 'chokidar') folder.locked = new Set(locked);
     const seen = new Set<string>(folder.inFlight);
     const toSample: FoundFile[] = [];
     for (const f of files) {
