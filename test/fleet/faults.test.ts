@@ -4,9 +4,10 @@
  */
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import {
   CLUSTER_START_TIMEOUT_MS,
+  clusterHooks,
   makeTestVideo,
   processesMatching,
   TestCluster,
@@ -30,14 +31,7 @@ describe('agent faults', () => {
     for (const clip of [clip4, clip16]) reference[clip] = referenceEncode(clip, `${clip}.reference.mp4`);
   }, CLUSTER_START_TIMEOUT_MS);
 
-  afterAll(async () => {
-    await c?.stop();
-  }, 60_000);
-
-  afterEach(async (ctx) => {
-    if (ctx.task.result?.state === 'fail') console.error(c.controlPlaneLog().slice(-6000), c.agentOutputs());
-    await c.stopAgents();
-  }, 30_000);
+  clusterHooks(() => c, { stopAgents: true });
 
   const out = (name: string) => join(c.dir, 'out', name);
 

@@ -8,10 +8,11 @@ import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { agentTopic, WORK_TOPIC } from '@ffleet/shared';
 import { connectAsync, type MqttClient } from 'mqtt';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { FleetAgent } from '../../agent/src/fleet-agent.ts';
 import {
   CLUSTER_START_TIMEOUT_MS,
+  clusterHooks,
   makeTestVideo,
   TestCluster,
   waitFor,
@@ -29,13 +30,7 @@ beforeAll(async () => {
   worker = await c.startLocalAgent({ name: 'worker', slots: 1 });
 }, CLUSTER_START_TIMEOUT_MS);
 
-afterAll(async () => {
-  await c?.stop();
-}, 60_000);
-
-afterEach((ctx) => {
-  if (ctx.task.result?.state === 'fail') console.error(c.controlPlaneLog().slice(-8000));
-});
+clusterHooks(() => c);
 
 const out = (name: string) => join(c.dir, 'out', name);
 

@@ -4,10 +4,11 @@
  */
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import {
   type ChildProcessHandle,
   CLUSTER_START_TIMEOUT_MS,
+  clusterHooks,
   makeTestVideo,
   processesMatching,
   TestCluster,
@@ -33,13 +34,7 @@ describe('control-plane restarts', () => {
     agent = await c.startAgent({ name: 'steady', slots: 1, env: { LOG_LEVEL: 'info' } });
   }, CLUSTER_START_TIMEOUT_MS);
 
-  afterAll(async () => {
-    await c?.stop();
-  }, 60_000);
-
-  afterEach((ctx) => {
-    if (ctx.task.result?.state === 'fail') console.error(c.controlPlaneLog().slice(-6000), c.agentOutputs());
-  });
+  clusterHooks(() => c);
 
   const out = (name: string) => join(c.dir, 'out', name);
 

@@ -6,10 +6,11 @@
 import { existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Task } from '@ffleet/shared';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { FleetAgent } from '../../agent/src/fleet-agent.ts';
 import {
   CLUSTER_START_TIMEOUT_MS,
+  clusterHooks,
   makeTestVideo,
   probeDurationSeconds,
   processesMatching,
@@ -33,13 +34,7 @@ beforeAll(async () => {
   main = await c.startLocalAgent({ name: 'main', slots: 1 });
 }, CLUSTER_START_TIMEOUT_MS);
 
-afterAll(async () => {
-  await c?.stop();
-}, 60_000);
-
-afterEach((ctx) => {
-  if (ctx.task.result?.state === 'fail') console.error(c.controlPlaneLog().slice(-8000));
-});
+clusterHooks(() => c);
 
 const out = (name: string) => join(c.dir, 'out', name);
 

@@ -16,6 +16,7 @@ import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { connectAsync } from 'mqtt';
 import pino, { type Logger } from 'pino';
+import { afterAll, afterEach } from 'vitest';
 import { parseAgentConfig } from '../../agent/src/config.ts';
 import { FleetAgent } from '../../agent/src/fleet-agent.ts';
 import { parseConfig } from '../../control-plane/src/config/config.ts';
@@ -328,4 +329,21 @@ export class TestCluster {
       await client.endAsync();
     }
   }
+}
+
+/**
+ * The hooks every cross-process test file repeats: print the control plane's log tail (and the child
+ * agents' output) when a test failed, optionally stop the agents after each test, and stop the
+ * cluster after the file. `get` reads the file's cluster (assigned in its beforeAll).
+ */
+export function clusterHooks(get: () => TestCluster | undefined, opts: { stopAgents?: boolean } = {}): void {
+  afterEach(async (ctx) => {
+    const c = get();
+    if (ctx.task.result?.state === 'fail')
+      console.error(c?.controlPlaneLog().slice(-8000), c?.agentOutputs());
+    if (opts.stopAgents) await c?.stopAgents();
+  }, 30_000);
+  afterAll(async () => {
+    await get()?.stop();
+  }, 60_000);
 }
