@@ -44,6 +44,17 @@ const percentile = (xs: number[], p: number): number => {
 };
 const mb = (bytes: number): string => `${(bytes / 1024 / 1024).toFixed(1)} MB`;
 
+/** The watchfolder both benches scan: every second, no filter. */
+const benchAssignment = (root: string, growthChecks: number) => ({
+  id: 'b',
+  name: 'b',
+  path: root,
+  interval: 1,
+  growthChecks,
+  filter: {},
+  suspended: false,
+});
+
 async function benchScan(root: string, watcher: WatcherMode, locked: boolean): Promise<string> {
   createTree(root, locked);
   const rssBefore = process.memoryUsage().rss;
@@ -55,15 +66,7 @@ async function benchScan(root: string, watcher: WatcherMode, locked: boolean): P
     done = r;
   });
   const scanner = new WatchScanner({
-    assignment: {
-      id: 'b',
-      name: 'b',
-      path: root,
-      interval: 1,
-      growthChecks: 1000,
-      filter: {},
-      suspended: false,
-    },
+    assignment: benchAssignment(root, 1000),
     submit: async () => ({ ok: true }),
     onState: (_s: WatchState) => {
       const now = process.cpuUsage();
@@ -115,15 +118,7 @@ async function benchArrive(root: string, watcher: WatcherMode): Promise<string> 
     ready = r;
   });
   const scanner = new WatchScanner({
-    assignment: {
-      id: 'b',
-      name: 'b',
-      path: root,
-      interval: 1,
-      growthChecks: 1,
-      filter: {},
-      suspended: false,
-    },
+    assignment: benchAssignment(root, 1),
     submit: async (f): Promise<SubmitResult> => {
       submittedAt.set(f.relativePath, Date.now());
       return { ok: true };

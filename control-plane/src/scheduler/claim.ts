@@ -4,7 +4,6 @@ import type { Db } from '../db/client.ts';
 import { toTask } from '../db/mappers.ts';
 import { tasks } from '../db/schema.ts';
 import type { EmittedEvents } from '../events/outbox.ts';
-import { type ServiceContext, transact } from '../services/context.ts';
 import { emitTaskUpdated } from '../services/tasks.ts';
 
 /** A literal text[] built from parameters (works the same on postgres-js and PGlite). */
@@ -28,7 +27,8 @@ export type ClaimingAgent = {
 };
 
 /**
- * Claim up to `max` queued tasks for one agent in ONE statement:
+ * Claim up to `max` queued tasks for one agent in ONE statement, in the caller's transaction (group
+ * commit runs many claims in one):
  *
  *   UPDATE tasks SET … WHERE id IN (
  *     SELECT id FROM tasks WHERE status='QUEUED' AND requires <@ caps
@@ -52,17 +52,6 @@ export type ClaimingAgent = {
  * The first status is the spec's "Task starts" transition: PRE_PROCESSING when pre-processing is
  * defined, else RUNNING (the transcoder runs).
  */
-export async function claimTasks(
-  ctx: ServiceContext,
-  agent: ClaimingAgent,
-  max: number,
-  leaseTtlMs: number,
-): Promise<ClaimedTask[]> {
-  if (max <= 0) return [];
-  return transact(ctx, (tx, ev) => claimTasksIn(tx, ev, ctx.now(), agent, max, leaseTtlMs));
-}
-
-/** `claimTasks` inside the caller's transaction (group commit runs many claims in one). */
 export async function claimTasksIn(
   tx: Db,
   ev: EmittedEvents,

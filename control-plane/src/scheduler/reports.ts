@@ -4,7 +4,6 @@ import type { Db } from '../db/client.ts';
 import type { TaskRow } from '../db/mappers.ts';
 import { taskLogs, tasks } from '../db/schema.ts';
 import type { EmittedEvents } from '../events/outbox.ts';
-import { type ServiceContext, transact } from '../services/context.ts';
 import { applyTaskChange, getTaskRow, isUuid, saveTaskChange } from '../services/tasks.ts';
 import { requeueLostTask } from './leases.ts';
 
@@ -78,20 +77,8 @@ function fence(row: TaskRow | null, r: TaskReport): ReportOutcome | null {
 }
 
 /**
- * Apply one agent report: fenced by attempt + lease token, each seq once, the status move checked,
- * the lease renewed, events written in the same transaction.
- */
-export async function applyReport(
-  ctx: ServiceContext,
-  agentId: string,
-  report: TaskReport,
-  leaseTtlMs: number,
-): Promise<ReportOutcome> {
-  return transact(ctx, (tx, ev) => applyReportIn(tx, ev, ctx.now(), agentId, report, leaseTtlMs));
-}
-
-/**
- * `applyReport` inside the caller's transaction. The common case (the current attempt of a task this
+ * Apply one agent report in the caller's transaction: fenced by attempt + lease token, each seq once,
+ * the status move checked, the lease renewed, events written in the same transaction. The common case (the current attempt of a task this
  * agent runs, a new seq, a legal move) is ONE fenced `UPDATE … WHERE id, attempt, lease token, agent,
  * report_seq < seq, status RETURNING`; only when that matches nothing is the row read and the report
  * classified (duplicate, stale, rejected, hand-back).
