@@ -1,5 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { join } from 'node:path';
+import type { Duplex } from 'node:stream';
 import { type ServerType, serve } from '@hono/node-server';
 import { count, eq } from 'drizzle-orm';
 import type { Logger } from 'pino';
@@ -72,6 +73,7 @@ export async function startControlPlane(
     let mqttUrl = config.mqttUrl;
     let cpUser = INTERNAL_MQTT_USER;
     let cpPass = agentToken;
+    let connectStream: (() => Duplex) | undefined;
     if (!mqttUrl) {
       const internalToken = randomBytes(24).toString('base64url');
       const broker = new EmbeddedBroker({
@@ -85,6 +87,8 @@ export async function startControlPlane(
       stops.push(() => broker.stop());
       mqttUrl = `mqtt://127.0.0.1:${port}`;
       cpPass = internalToken;
+      // Our own client needs no socket to a broker in the same process.
+      connectStream = () => broker.connectInProcess();
       logger.info({ port }, 'embedded MQTT broker listening');
     } else {
       const u = new URL(mqttUrl);
@@ -115,6 +119,7 @@ export async function startControlPlane(
       password: cpPass,
       logger,
       clientId: `${INTERNAL_MQTT_USER}-${deployment}`,
+      connectStream,
     });
     const fleet = new Fleet({ ctx, mqtt, logger, leaseTtlMs: config.leaseTtlMs });
     ctx.fleet = fleet;

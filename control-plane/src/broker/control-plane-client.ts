@@ -1,4 +1,5 @@
 import { EventEmitter } from 'node:events';
+import type { Duplex } from 'node:stream';
 import {
   AGENT_ID_RE,
   AGENTS_WILDCARD,
@@ -15,7 +16,13 @@ import {
   TaskReport,
   WORK_TOPIC,
 } from '@ffleet/shared';
-import { connect, type ErrorWithReasonCode, type IPublishPacket, type MqttClient } from 'mqtt';
+import {
+  connect,
+  type ErrorWithReasonCode,
+  type IClientOptions,
+  type IPublishPacket,
+  MqttClient,
+} from 'mqtt';
 import type { Logger } from 'pino';
 
 export interface ControlPlaneClientOptions {
@@ -30,6 +37,11 @@ export interface ControlPlaneClientOptions {
   clientId?: string;
   /** How long start() waits for the first connection before giving up. */
   startTimeoutMs?: number;
+  /**
+   * Connect over this stream (called again for every reconnect) instead of dialing `url`, which then
+   * only names the broker in logs: the embedded broker's `connectInProcess`.
+   */
+  connectStream?: () => Duplex;
 }
 
 export type SendResult = { ok: true } | { ok: false; error: string };
@@ -114,7 +126,7 @@ export class ControlPlaneClient extends EventEmitter<{ connection: [connected: b
   async start(): Promise<StartResult> {
     if (this.client || this.stopping) throw new Error('ControlPlaneClient already started or stopped');
     const { url, username, password } = this.opts;
-    const client = connect(url, {
+    const options: IClientOptions = {
       username,
       password,
       clientId: this.opts.clientId ?? username,
@@ -126,7 +138,9 @@ export class ControlPlaneClient extends EventEmitter<{ connection: [connected: b
       connectTimeout: 10_000,
       // Subscriptions are renewed in the connect handler, which also covers a broker that lost them.
       resubscribe: false,
-    });
+    };
+    const { connectStream } = this.opts;
+    const client = connectStream ? new MqttClient(connectStream, options) : connect(url, options);
     this.client = client;
     client.on('message', (topic, payload, packet) => this.dispatch(topic, payload, packet));
     client.on('connect', () => {

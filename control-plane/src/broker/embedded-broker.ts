@@ -1,8 +1,10 @@
 import { createServer, type Server, type Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
 import { AGENT_ID_RE } from '@ffleet/shared';
 import { Aedes, type AuthenticateError, type Client } from 'aedes';
 import type { Logger } from 'pino';
 import { equalSecrets, mayAgentPublish, mayAgentSubscribe } from './broker-acl.ts';
+import { inProcessPipe } from './in-process-pipe.ts';
 
 export interface EmbeddedBrokerOptions {
   /** TCP port; 0 picks a free one (see the result of `start()`). */
@@ -97,6 +99,19 @@ export class EmbeddedBroker {
     const bound = typeof address === 'object' && address ? address.port : port;
     this.logger.info({ port: bound, host: host ?? '0.0.0.0' }, 'embedded MQTT broker listening');
     return { port: bound };
+  }
+
+  /**
+   * A connection to this broker without a socket, for the control plane's own client (same process):
+   * an MQTT client speaks over the returned stream exactly as over TCP (it still authenticates), but no
+   * packet costs a loopback system call on either side. While the broker is stopped the stream is
+   * returned already closed, so the client's reconnect loop simply tries again.
+   */
+  connectInProcess(): Duplex {
+    const [clientSide, brokerSide] = inProcessPipe();
+    if (this.aedes) this.aedes.handle(brokerSide);
+    else brokerSide.destroy();
+    return clientSide;
   }
 
   /** Disconnect every client and close the listener. Idempotent; start() may be called again after. */
