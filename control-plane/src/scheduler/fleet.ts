@@ -30,7 +30,7 @@ import {
   renewLeasesIn,
   sweepExpiredLeases,
 } from './leases.ts';
-import { applyReportIn } from './reports.ts';
+import { applyReportIn, type ReportOutcome } from './reports.ts';
 import { SerialQueues } from './serial-queue.ts';
 import { planAssignments, saveAssignments, toAssignment } from './watch-assignment.ts';
 import {
@@ -75,6 +75,8 @@ export class Fleet implements FleetHooks {
   readonly #ctx: ServiceContext;
   readonly #log: Logger;
   readonly #serial = new SerialQueues();
+  /** Answers and acks waiting for their group commit (see #afterCommit). */
+  readonly #inFlight = new Set<Promise<void>>();
   /** Claims and reports of all agents, written in shared transactions. */
   readonly #group: GroupCommit;
   /**
@@ -95,6 +97,8 @@ export class Fleet implements FleetHooks {
   #workSeq = 0;
   #assigning: Promise<void> | null = null;
   #assignAgain = false;
+  /** Whether the last assignment pass saw any watchfolder (it must push the "none left" configs). */
+  #hadFolders = true;
   #stopped = false;
   /** `watch.file` requests of all agents waiting for the next batch (see #watchFile). */
   #watchFiles: WatchFileJob[] = [];
@@ -116,8 +120,15 @@ export class Fleet implements FleetHooks {
   async start(): Promise<void> {
     const m = this.#o.mqtt;
     await markAllOffline(this.#ctx.database.db);
-    m.onBirth((id, b) => this.#serial.run(id, () => this.#onBirth(id, b)));
-    m.onHello((id, h) => this.#serial.run(id, () => this.#onHello(id, h)));
+    // Handlers that write outside group commit first wait for the agent's queued group jobs, so they
+    // still see its earlier reports and claims applied.
+    const afterGroup = (id: string, job: () => Promise<void>) =>
+      this.#serial.run(id, async () => {
+        await this.#group.settled(id);
+        await job();
+      });
+    m.onBirth((id, b) => afterGroup(id, () => this.#onBirth(id, b)));
+    m.onHello((id, h) => afterGroup(id, () => this.#onHello(id, h)));
     m.onHeartbeat((id, h) => {
       this.#hear(id);
       return this.#serial.run(id, () => this.#onHeartbeat(id, h));
@@ -127,7 +138,8 @@ export class Fleet implements FleetHooks {
       // Idempotent per file version (the watch key), so not behind the agent's other messages: its
       // `watch.locked` comes only after the answer, i.e. after the commit.
       if (r.type === 'watch.file') return this.#watchFile(id, r);
-      return this.#serial.run(id, () => this.#onRequest(id, r));
+      if (r.type === 'claim') return this.#serial.run(id, () => this.#onRequest(id, r));
+      return afterGroup(id, () => this.#onRequest(id, r));
     });
     m.onReport((id, r) => {
       this.#hear(id);
@@ -150,6 +162,7 @@ export class Fleet implements FleetHooks {
     if (this.#sweepTimer) clearInterval(this.#sweepTimer);
     if (this.#hintTimer) clearImmediate(this.#hintTimer);
     await this.#serial.drain();
+    while (this.#inFlight.size) await Promise.allSettled([...this.#inFlight]);
     await this.#watchRun;
     await this.#group.drain();
     await this.#assigning;
@@ -259,8 +272,9 @@ export class Fleet implements FleetHooks {
     }
     if (hb.running.length) {
       const id = agent.id;
-      const stale = await this.#group.run((tx) =>
-        renewLeasesIn(tx, this.#ctx.now(), id, hb.running, this.#o.leaseTtlMs),
+      const stale = await this.#group.run(
+        (tx) => renewLeasesIn(tx, this.#ctx.now(), id, hb.running, this.#o.leaseTtlMs),
+        { key: name },
       );
       await this.#stopStale(name, stale);
     }
@@ -278,17 +292,22 @@ export class Fleet implements FleetHooks {
           slots: effectiveSlots(agent),
         };
         const claim = () =>
-          this.#group.run((tx, ev) =>
-            claimTasksIn(tx, ev, this.#ctx.now(), claiming, req.max, this.#o.leaseTtlMs),
+          this.#group.run(
+            (tx, ev) => claimTasksIn(tx, ev, this.#ctx.now(), claiming, req.max, this.#o.leaseTtlMs),
+            { key: name },
           );
         const seq = this.#workSeq;
-        let claimed = this.#mayClaim(agent) ? await claim() : [];
-        // Work committed while this claim ran: its hint reached an agent still waiting for this
-        // answer, which ignores hints then. Answering "nothing" would leave it idle until its poll.
-        if (!claimed.length && seq !== this.#workSeq && this.#mayClaim(agent)) claimed = await claim();
-        // Not awaited (here and for acks): the agent's next message need not wait for this one's
-        // PUBACK; one client publishes in call order, so the agent still sees answers in order.
-        void this.#send(name, { type: 'claim.result', requestId: req.requestId, tasks: claimed });
+        // Queued, not awaited: like a report, the claim may share a group with the agent's reports.
+        const answered = (this.#mayClaim(agent) ? claim() : Promise.resolve([])).then(async (first) => {
+          let claimed = first;
+          // Work committed while this claim ran: its hint reached an agent still waiting for this
+          // answer, which ignores hints then. Answering "nothing" would leave it idle until its poll.
+          if (!claimed.length && seq !== this.#workSeq && this.#mayClaim(agent)) claimed = await claim();
+          // Not awaited (here and for acks): the agent's next message need not wait for this one's
+          // PUBACK; one client publishes in call order, so the agent still sees answers in order.
+          void this.#send(name, { type: 'claim.result', requestId: req.requestId, tasks: claimed });
+        });
+        this.#afterCommit(name, answered);
         return;
       }
       case 'watch.file':
@@ -306,16 +325,36 @@ export class Fleet implements FleetHooks {
     }
   }
 
+  /**
+   * Queue the report's group job and return: the agent's next message (its next report, its next
+   * claim) may join the same group (GroupCommit keeps one agent's jobs in order). The ack follows the
+   * commit.
+   */
   async #onReport(name: string, report: TaskReport): Promise<void> {
     const agent = await this.#agent(name);
     if (!agent) return;
-    const outcome = await this.#group.run(
+    const applied = this.#group.run(
       (tx, ev, scope) =>
         applyReportIn(tx, ev, this.#ctx.now(), agent.id, report, this.#o.leaseTtlMs, (b) =>
           scope.finishBatch(b),
         ),
-      { locksBatch: mayLockBatch(report) },
+      { locksBatch: mayLockBatch(report), key: name },
     );
+    this.#afterCommit(
+      name,
+      applied.then((outcome) => this.#reportApplied(name, report, outcome)),
+    );
+  }
+
+  /** Track work that follows a group commit outside the agent's serial queue (stop() waits for it). */
+  #afterCommit(name: string, work: Promise<void>): void {
+    const tracked = work
+      .catch((err: unknown) => this.#log.error({ err, agent: name }, 'agent message failed'))
+      .finally(() => this.#inFlight.delete(tracked));
+    this.#inFlight.add(tracked);
+  }
+
+  #reportApplied(name: string, report: TaskReport, outcome: ReportOutcome): void {
     void this.#send(name, { type: 'ack', taskId: report.taskId, attempt: report.attempt, seq: report.seq });
     if (outcome.kind === 'stale') {
       this.#log.warn(
@@ -500,6 +539,10 @@ export class Fleet implements FleetHooks {
   async #assignOnce(): Promise<void> {
     const db = this.#ctx.database.db;
     const folders = await db.select().from(watchfolders);
+    // No watchfolders now nor at the last pass: nothing to plan or push (births send their own config).
+    // Without this, 500 agents coming online read the whole agent list ~1,000 times.
+    if (!folders.length && !this.#hadFolders) return;
+    this.#hadFolders = folders.length > 0;
     const online = await onlineAgents(db);
     const known = new Set(folders.map((f) => f.id));
     for (const id of this.#pathFailures.keys()) if (!known.has(id)) this.#pathFailures.delete(id);

@@ -15,6 +15,7 @@ export type GroupJob<T> = (tx: Db, ev: EmittedEvents, scope: GroupScope) => Prom
 type Queued = {
   fn: GroupJob<unknown>;
   locksBatch: boolean;
+  key: string | undefined;
   resolve: (v: unknown) => void;
   reject: (err: unknown) => void;
 };
@@ -28,8 +29,8 @@ const PG_CONCURRENT_GROUPS = 4;
  * Group commit for the agent protocol's database work (claims, reports, lease renewals). Jobs that
  * arrive while groups are being written wait and go into the next group: ONE transaction runs them one
  * after another, in arrival order, and every job resolves after that commit (an ack still means
- * "durable"). Each agent's jobs are serial (Fleet's per-agent queues), so one agent's jobs are never in
- * two groups at once.
+ * "durable"). Jobs carry their agent as `key`: one agent's jobs keep their order and are never in two
+ * groups written at once, but its consecutive jobs may share one group.
  *
  * Why: every job used to be its own transaction. PGlite runs one transaction at a time, so 500 agents'
  * claims and reports serialised behind BEGIN/COMMIT pairs; on PostgreSQL every commit is a WAL flush.
@@ -50,22 +51,46 @@ export class GroupCommit {
   #active = 0;
   #scheduled = false;
   #idle: (() => void)[] = [];
+  /** Per key: jobs queued or being written. */
+  readonly #pending = new Map<string, number>();
+  /** Keys with a job in a group being written now. */
+  readonly #writing = new Set<string>();
+  /** Per key: callers of settled() waiting for its pending jobs. */
+  readonly #settledWaiters = new Map<string, (() => void)[]>();
 
   constructor(ctx: ServiceContext) {
     this.#ctx = ctx;
     this.#maxGroups = ctx.database.singleConnection ? 1 : PG_CONCURRENT_GROUPS;
   }
 
-  /** `locksBatch`: the job may lock a batch row (see above). */
-  run<T>(fn: GroupJob<T>, opts: { locksBatch?: boolean } = {}): Promise<T> {
+  /**
+   * `locksBatch`: the job may lock a batch row (see above). `key` (an agent): jobs with one key run in
+   * the order they were queued and never in two groups written at the same time, but consecutive ones
+   * may share a group — an agent's last log report, final report and next claim usually arrive
+   * together and cost one transaction instead of three.
+   */
+  run<T>(fn: GroupJob<T>, opts: { locksBatch?: boolean; key?: string } = {}): Promise<T> {
+    const { key } = opts;
+    if (key !== undefined) this.#pending.set(key, (this.#pending.get(key) ?? 0) + 1);
     return new Promise<T>((resolve, reject) => {
       this.#queue.push({
         fn,
         locksBatch: opts.locksBatch ?? false,
+        key,
         resolve: resolve as (v: unknown) => void,
         reject,
       });
       this.#schedule();
+    });
+  }
+
+  /** Resolves when every job queued so far with `key` is written (at once when there is none). */
+  settled(key: string): Promise<void> {
+    if (!this.#pending.get(key)) return Promise.resolve();
+    return new Promise((r) => {
+      const waiters = this.#settledWaiters.get(key);
+      if (waiters) waiters.push(r);
+      else this.#settledWaiters.set(key, [r]);
     });
   }
 
@@ -92,17 +117,56 @@ export class GroupCommit {
 
   #pump(): void {
     while (this.#queue.length && this.#active < this.#maxGroups) {
-      let n = Math.min(this.#queue.length, MAX_GROUP);
-      const closer = this.#queue.findIndex((j) => j.locksBatch);
-      if (closer >= 0 && this.#maxGroups > 1) n = Math.min(n, closer + 1);
-      const jobs = this.#queue.splice(0, n);
+      const jobs = this.#takeGroup();
+      if (!jobs.length) return; // Every queued job waits for a key being written.
+      const keys = new Set<string>();
+      for (const j of jobs) if (j.key !== undefined) keys.add(j.key);
+      for (const k of keys) this.#writing.add(k);
       this.#active += 1;
       void this.#write(jobs).finally(() => {
         this.#active -= 1;
+        for (const k of keys) this.#writing.delete(k);
+        for (const j of jobs) if (j.key !== undefined) this.#jobDone(j.key);
         this.#pump();
         this.#wakeDrainers();
       });
     }
+  }
+
+  /**
+   * The next group, in queue order: at most MAX_GROUP jobs, none whose key is in a group being written
+   * (those wait, and so do the later jobs of that key), ending at the first job that may lock a batch
+   * row when groups are written concurrently.
+   */
+  #takeGroup(): Queued[] {
+    const jobs: Queued[] = [];
+    const rest: Queued[] = [];
+    const held = new Set<string>();
+    let closed = false;
+    for (const j of this.#queue) {
+      const blocked = j.key !== undefined && (this.#writing.has(j.key) || held.has(j.key));
+      if (closed || blocked || jobs.length >= MAX_GROUP) {
+        if (j.key !== undefined) held.add(j.key);
+        rest.push(j);
+        continue;
+      }
+      jobs.push(j);
+      if (j.locksBatch && this.#maxGroups > 1) closed = true;
+    }
+    this.#queue = rest;
+    return jobs;
+  }
+
+  #jobDone(key: string): void {
+    const n = (this.#pending.get(key) ?? 1) - 1;
+    if (n > 0) {
+      this.#pending.set(key, n);
+      return;
+    }
+    this.#pending.delete(key);
+    const waiters = this.#settledWaiters.get(key);
+    this.#settledWaiters.delete(key);
+    for (const r of waiters ?? []) r();
   }
 
   async #write(jobs: Queued[]): Promise<void> {
