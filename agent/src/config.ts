@@ -1,6 +1,6 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
-import { isAbsolute, join, resolve } from 'node:path';
+import { delimiter, isAbsolute, join, resolve } from 'node:path';
 import { AGENT_ID_RE, Label, MAX_SLOTS } from '@ffleet/shared';
 import { z } from 'zod';
 
@@ -32,6 +32,11 @@ const EnvSchema = z.object({
   FFLEET_DATA_DIR: z.string().min(1).default('./data'),
   /** Transcoder executable (else ffmpeg on PATH, else the bundled one). */
   FFLEET_TRANSCODER: z.string().optional(),
+  /**
+   * Directories (separated like PATH) that pre/post-processing scripts must live in; unset: any script
+   * may run (the spec's default). Checked on the script's real path before it starts.
+   */
+  FFLEET_AGENT_SCRIPT_DIRS: z.string().default(''),
   /** Heartbeat period (renews leases; keep well under FFLEET_LEASE_TTL_MS). */
   FFLEET_HEARTBEAT_MS: z.coerce.number().int().min(100).max(60_000).default(5_000),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
@@ -43,6 +48,8 @@ export type AgentConfig = {
   name: string;
   slots: number;
   labels: string[];
+  /** Absolute; empty when unrestricted. */
+  scriptDirs: string[];
   dataDir: string;
   heartbeatMs: number;
   logLevel: string;
@@ -64,6 +71,13 @@ export function parseAgentConfig(env: NodeJS.ProcessEnv): AgentConfig {
   for (const l of labels) {
     if (!Label.safeParse(l).success)
       throw new AgentConfigError('FFLEET_AGENT_LABELS', `invalid label ${JSON.stringify(l)}`);
+  }
+  const scriptDirs = e.FFLEET_AGENT_SCRIPT_DIRS.split(delimiter)
+    .map((s) => s.trim())
+    .filter(Boolean);
+  for (const d of scriptDirs) {
+    if (!isAbsolute(d))
+      throw new AgentConfigError('FFLEET_AGENT_SCRIPT_DIRS', `${JSON.stringify(d)} is not an absolute path`);
   }
   const dataDir = isAbsolute(e.FFLEET_DATA_DIR) ? e.FFLEET_DATA_DIR : resolve(e.FFLEET_DATA_DIR);
   let token = e.FFLEET_AGENT_TOKEN;
@@ -87,6 +101,7 @@ export function parseAgentConfig(env: NodeJS.ProcessEnv): AgentConfig {
     name,
     slots: e.FFLEET_AGENT_SLOTS,
     labels,
+    scriptDirs,
     dataDir,
     heartbeatMs: e.FFLEET_HEARTBEAT_MS,
     logLevel: e.LOG_LEVEL,

@@ -385,6 +385,7 @@ export class FleetAgent {
       reporter,
       signal: run.abort.signal,
       logger: this.#log,
+      scriptDirs: this.#cfg.scriptDirs,
       env: { ...this.#cfg.env, [RUN_MARK_VAR]: `${this.#cfg.name}:${this.#bootId}` },
     })
       .then(() => {

@@ -3,6 +3,7 @@ import type { ProcessingStep, Task, TaskPatch } from '@ffleet/shared';
 import { formatCommandLine, resolveWildcards, tokenize, type WildcardContext } from '@ffleet/shared';
 import type { RunLogs } from './run-logs.ts';
 import { runProcess } from './run-process.ts';
+import { allowScript } from './script-allow-list.ts';
 import { buildPostSidecar, buildPreSidecar, validateReimport, writeSidecar } from './sidecar.ts';
 import { type StepOutcome, toStepOutcome } from './step-outcome.ts';
 import type { TaskState } from './task-state.ts';
@@ -24,6 +25,8 @@ export interface ScriptStepInput {
   graceMs: number;
   now: () => Date;
   logs: RunLogs;
+  /** Directories scripts must live in (FFLEET_AGENT_SCRIPT_DIRS); empty: any script may run. */
+  scriptDirs: readonly string[];
 }
 
 const LABEL: Record<Phase, string> = { pre: 'pre-processing', post: 'post-processing' };
@@ -84,9 +87,11 @@ export async function runScriptStep(input: ScriptStepInput): Promise<StepOutcome
 
   const [file, ...args] = argv;
   if (file !== undefined) {
+    const allowed = await allowScript(file, input.scriptDirs, input.env);
+    if (!allowed.ok) return finish({ kind: 'failed', error: `${label}: ${allowed.error}` });
     input.logs.agent.add(`${label}: $ ${formatCommandLine([argv])}`);
     const result = await runProcess({
-      file,
+      file: allowed.file,
       args,
       env: scriptEnvironment(input, sidecarFile),
       signal: input.signal,

@@ -26,6 +26,8 @@ export interface RunTaskOptions {
   now?: () => Date;
   /** The agent environment scripts and the transcoder inherit; default `process.env`. */
   env?: NodeJS.ProcessEnv;
+  /** Directories pre/post-processing scripts must live in; default (empty): any. */
+  scriptDirs?: readonly string[];
 }
 
 export type FinalStatus = 'DONE_SUCCESSFUL' | 'DONE_ERROR' | 'DONE_CANCELED';
@@ -122,6 +124,7 @@ async function runStages(
     graceMs,
     now,
     logs,
+    scriptDirs: options.scriptDirs ?? [],
   });
 
   if (isStepDefined(state.task.preProcessing)) {
