@@ -62,7 +62,7 @@ export async function startControlPlane(
   };
   try {
     const database = config.databaseUrl
-      ? await openDatabase({ kind: 'postgres', url: config.databaseUrl })
+      ? await openDatabase({ kind: 'postgres', url: config.databaseUrl, prepare: config.pgPrepare })
       : await openDatabase({ kind: 'pglite', dataDir: join(config.dataDir, 'pglite') });
     stops.push(() => database.close());
     logger.info({ db: database.kind }, 'database ready');

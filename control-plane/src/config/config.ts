@@ -38,6 +38,11 @@ const EnvSchema = z.object({
   FFLEET_WEBHOOK_TIMEOUT_MS: positiveInt.max(600_000).default(10_000),
   /** A running task's lease without a heartbeat. */
   FFLEET_LEASE_TTL_MS: positiveInt.min(1000).max(3_600_000).default(30_000),
+  /**
+   * Named (prepared) statements on PostgreSQL. Set `0` behind a pooler in transaction mode (pgbouncer
+   * before 1.21), where a prepared statement may not exist on the next transaction's server connection.
+   */
+  FFLEET_PG_PREPARE: bool.default(true),
   /** Largest accepted request body in bytes. */
   FFLEET_BODY_LIMIT: positiveInt.default(1024 * 1024),
   /** pino level. */
@@ -48,6 +53,7 @@ export type ControlPlaneConfig = {
   port: number;
   host: string;
   databaseUrl: string | undefined;
+  pgPrepare: boolean;
   dataDir: string;
   mqttUrl: string | undefined;
   mqttPort: number;
@@ -100,6 +106,7 @@ export function parseConfig(env: Record<string, string | undefined>): ControlPla
     port: e.PORT,
     host: e.HOST,
     databaseUrl: e.DATABASE_URL,
+    pgPrepare: e.FFLEET_PG_PREPARE,
     dataDir,
     mqttUrl: e.MQTT_URL,
     mqttPort: e.MQTT_PORT,

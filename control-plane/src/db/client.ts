@@ -65,7 +65,13 @@ async function rowsOf<T>(db: Db, query: SQL): Promise<T[]> {
 }
 
 export type OpenOptions =
-  | { kind: 'postgres'; url: string; max?: number }
+  | {
+      kind: 'postgres';
+      url: string;
+      max?: number;
+      /** Named statements (default true); false behind a transaction-mode pooler. */
+      prepare?: boolean;
+    }
   | { kind: 'pglite'; dataDir?: string; loadDataDir?: Blob | File };
 
 /**
@@ -155,9 +161,12 @@ export async function openDatabase(opts: OpenOptions): Promise<Database> {
     const client = postgres(opts.url, {
       max: opts.max ?? 10,
       onnotice: () => {},
+      prepare: opts.prepare ?? true,
       // bigint columns are read as numbers by drizzle's mode:'number'; keep types default otherwise.
     });
-    const db = drizzlePostgres(preparing(client), { schema }) as unknown as Db;
+    const db = drizzlePostgres(opts.prepare === false ? client : preparing(client), {
+      schema,
+    }) as unknown as Db;
     await migratePostgres(drizzlePostgres(client), { migrationsFolder: MIGRATIONS_DIR });
     return {
       db,
