@@ -1,6 +1,6 @@
 import type { Stats } from 'node:fs';
 import { relative, sep } from 'node:path';
-import { type FSWatcher, watch } from 'chokidar';
+import type { FSWatcher } from 'chokidar';
 import type { ChangeWatcher } from './change-watcher.ts';
 import { type CompiledFilter, isIgnoredRelativePath, matchesFilter } from './filter.ts';
 import { QuietBatch } from './quiet-batch.ts';
@@ -28,6 +28,7 @@ export class ChokidarWatcher implements ChangeWatcher {
   private watcher: FSWatcher | undefined;
   private readonly batch: QuietBatch;
   private closing: Promise<void> | undefined;
+  private loading = false;
 
   constructor(private readonly opts: ChokidarWatcherOptions) {
     this.batch = new QuietBatch(opts.onFiles);
@@ -36,8 +37,27 @@ export class ChokidarWatcher implements ChangeWatcher {
   /** chokidar finds new directories itself. */
   syncDirectories(): void {}
 
+  /**
+   * chokidar is loaded on first use: it is the non-default watcher, and as a static import every agent
+   * with a watchfolder would carry its modules (~2 MB of RSS) without ever using them.
+   */
   start(): void {
-    if (this.watcher !== undefined || this.closing !== undefined) return;
+    if (this.loading || this.watcher !== undefined || this.closing !== undefined) return;
+    this.loading = true;
+    import('chokidar').then(
+      ({ watch }) => {
+        this.loading = false;
+        if (this.closing === undefined) this.watch(watch);
+      },
+      (err: unknown) => {
+        this.loading = false;
+        if (this.closing === undefined)
+          this.opts.onError(err instanceof Error ? err : new Error(String(err)));
+      },
+    );
+  }
+
+  private watch(watch: typeof import('chokidar').watch): void {
     const { root } = this.opts;
     const toRel = (p: string): string | null => {
       const rel = relative(root, p);

@@ -1,4 +1,4 @@
-import { writeFile } from 'node:fs/promises';
+import { close, open } from 'node:fs';
 import { LOCK_SUFFIX } from './filter.ts';
 
 export type LockWriteResult = { ok: true } | { ok: false; error: string };
@@ -11,17 +11,21 @@ export function lockPathFor(abs: string): string {
   return abs + LOCK_SUFFIX;
 }
 
+const LOCKED: LockWriteResult = { ok: true };
+
 /**
  * Create the empty `<file>.lock`. Failures (read-only share, name too long, permissions) are returned,
- * not thrown: the scanner then remembers the file in memory instead.
+ * not thrown: the scanner then remembers the file in memory instead. open + close through the callback
+ * API: fs/promises' writeFile builds a FileHandle (an event emitter) and a promise per step, garbage that
+ * lives as long as the I/O does and so ends up in the old generation at hundreds of locks per second.
  */
-export const writeLockFile: LockWriter = async (lockPath) => {
-  try {
+export const writeLockFile: LockWriter = (lockPath) =>
+  new Promise((resolve) => {
+    const failed = (err: NodeJS.ErrnoException): void =>
+      resolve({ ok: false, error: err.code ?? err.message });
     // 'a' creates without truncating: a lock someone else created meanwhile stays as it is.
-    await writeFile(lockPath, '', { flag: 'a' });
-    return { ok: true };
-  } catch (err) {
-    const e = err as NodeJS.ErrnoException;
-    return { ok: false, error: e.code ?? e.message };
-  }
-};
+    open(lockPath, 'a', (err, fd) => {
+      if (err !== null) return failed(err);
+      close(fd, (closeErr) => (closeErr === null ? resolve(LOCKED) : failed(closeErr)));
+    });
+  });
