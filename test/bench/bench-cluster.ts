@@ -181,21 +181,26 @@ export function startAgent(cp: ControlPlane, name: string, env: Record<string, s
   const dataDir = join(cp.dir, `agent-${name}`);
   mkdirSync(dataDir, { recursive: true });
   // BENCH_AGENT_ROOT: run agents from another checkout (A/B-test an agent change against this one).
-  // As deployed (deploy/systemd): the bundled agent with a small young generation.
+  // As deployed (deploy/systemd): the bundled agent with a small young generation and no background
+  // recompilation thread (its buffers cost ~7 MB of RSS).
   // BENCH_AGENT_NODE_ARGS: extra node flags for the agents, e.g. "--cpu-prof --cpu-prof-dir=/tmp/p".
   const nodeArgs = (process.env.BENCH_AGENT_NODE_ARGS ?? '').split(' ').filter(Boolean);
-  const child = spawn(process.execPath, ['--max-semi-space-size=1', ...nodeArgs, 'bin/ffleet.js', 'agent'], {
-    cwd: process.env.BENCH_AGENT_ROOT || ROOT,
-    env: childEnv({
-      MQTT_URL: cp.mqttUrl,
-      FFLEET_AGENT_TOKEN: cp.agentToken,
-      FFLEET_AGENT_NAME: name,
-      FFLEET_DATA_DIR: dataDir,
-      ...env,
-    }),
-    stdio: ['ignore', 'inherit', 'inherit'],
-    detached: true,
-  });
+  const child = spawn(
+    process.execPath,
+    ['--max-semi-space-size=1', '--no-concurrent-recompilation', ...nodeArgs, 'bin/ffleet.js', 'agent'],
+    {
+      cwd: process.env.BENCH_AGENT_ROOT || ROOT,
+      env: childEnv({
+        MQTT_URL: cp.mqttUrl,
+        FFLEET_AGENT_TOKEN: cp.agentToken,
+        FFLEET_AGENT_NAME: name,
+        FFLEET_DATA_DIR: dataDir,
+        ...env,
+      }),
+      stdio: ['ignore', 'inherit', 'inherit'],
+      detached: true,
+    },
+  );
   children.add(child);
   return child;
 }
