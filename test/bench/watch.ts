@@ -4,10 +4,11 @@
 // over 10,000 files that were already processed (each has its .lock), then 1,000 new files.
 // Sizes: BENCH_WATCH_FILES, BENCH_WATCH_ARRIVING, BENCH_WATCH_RATE (arrivals per second).
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { appendFile, writeFile } from 'node:fs/promises';
 import { cpus } from 'node:os';
 import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import {
   type ControlPlane,
   cleanUpNow,
@@ -53,6 +54,62 @@ function createTree(root: string): void {
 
 type Created = { receivedAt: number; createdAt: number };
 
+/**
+ * The agent's own view of its memory: a preload (node --import, so nothing in the agent's code) appends
+ * `process.memoryUsage()` plus the V8 heap spaces (used/size) every 250 ms to a JSONL file. Costs the
+ * agent a few hundred kB of RSS; BENCH_WATCH_MEM=0 leaves it out.
+ */
+const MEM_PRELOAD = `import { appendFileSync } from 'node:fs';
+import { getHeapSpaceStatistics } from 'node:v8';
+const out = process.env.BENCH_WATCH_MEM_OUT;
+setInterval(() => {
+  const m = process.memoryUsage();
+  const spaces = {};
+  for (const s of getHeapSpaceStatistics()) spaces[s.space_name] = [s.space_used_size, s.space_size];
+  appendFileSync(out, JSON.stringify({ t: Date.now(), ...m, spaces }) + '\\n');
+}, 250).unref();
+`;
+type MemSample = {
+  t: number;
+  rss: number;
+  heapTotal: number;
+  heapUsed: number;
+  external: number;
+  arrayBuffers: number;
+  spaces: Record<string, [number, number]>;
+};
+
+function readMem(file: string): MemSample[] {
+  try {
+    return readFileSync(file, 'utf8')
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => JSON.parse(l) as MemSample);
+  } catch {
+    return [];
+  }
+}
+
+const mb = (n: number) => (n / 1048576).toFixed(1);
+/** "rss 78.1 | heap 9.8/12.3 | ext 2.1 (ab 0.4) | old 6.1/7.0 new 0.5/2.0 code 1.9/2.1 ..." in MB. */
+function describeMem(s: MemSample | undefined): string {
+  if (s === undefined) return 'n/a';
+  const short: Record<string, string> = {
+    old_space: 'old',
+    new_space: 'new',
+    code_space: 'code',
+    large_object_space: 'lo',
+    map_space: 'map',
+    shared_space: 'shared',
+    trusted_space: 'trusted',
+  };
+  const spaces = Object.entries(s.spaces)
+    .filter(([, [, size]]) => size > 0)
+    .map(([n, [used, size]]) => `${short[n] ?? n} ${mb(used)}/${mb(size)}`)
+    .join(' ');
+  return `rss ${mb(s.rss)} | heap ${mb(s.heapUsed)}/${mb(s.heapTotal)} | ext ${mb(s.external)} (ab ${mb(s.arrayBuffers)}) | ${spaces}`;
+}
+
 async function waitForFirstScan(cp: ControlPlane, wfId: string): Promise<void> {
   const deadline = Date.now() + 60_000;
   while (Date.now() < deadline) {
@@ -96,7 +153,23 @@ async function bench(): Promise<Row[]> {
     const wf = (task.metadata.ffleet as { watchfolder?: { relativePath: string } } | undefined)?.watchfolder;
     if (wf) created.set(wf.relativePath, { receivedAt: e.receivedAt, createdAt: task.createdAt });
   });
-  const agent = startAgent(cp, 'watcher', { FFLEET_AGENT_SLOTS: '0' });
+  const memOut = join(cp.dir, 'agent-mem.jsonl');
+  const agentEnv: Record<string, string> = { FFLEET_AGENT_SLOTS: '0' };
+  if (process.env.BENCH_WATCH_MEM !== '0') {
+    const preload = join(cp.dir, 'mem-preload.mjs');
+    writeFileSync(preload, MEM_PRELOAD);
+    const own = process.env.BENCH_AGENT_NODE_ARGS ?? '';
+    process.env.BENCH_AGENT_NODE_ARGS = `--import=${pathToFileURL(preload).href} ${own}`;
+    agentEnv.BENCH_WATCH_MEM_OUT = memOut;
+  }
+  // BENCH_WATCH_SNAPSHOTS=<dir>: heap snapshots of the agent at idle and mid-arrival (they pause it:
+  // latencies of such a run mean nothing).
+  const snapDir = process.env.BENCH_WATCH_SNAPSHOTS;
+  if (snapDir) {
+    const own = process.env.BENCH_AGENT_NODE_ARGS ?? '';
+    process.env.BENCH_AGENT_NODE_ARGS = `--heapsnapshot-signal=SIGUSR2 --diagnostic-dir=${snapDir} ${own}`;
+  }
+  const agent = startAgent(cp, 'watcher', agentEnv);
   try {
     await waitForAgents(cp, ['watcher']);
     await sse.start();
@@ -121,6 +194,12 @@ async function bench(): Promise<Row[]> {
     await sleep(IDLE_WINDOW_MS);
     const idleCpuPerScan = (cpuMs(pid) - cpu0) / (IDLE_WINDOW_MS / 1000 / INTERVAL_S);
     const idleRss = rssMb(pid);
+    const idleMem = readMem(memOut).at(-1);
+    if (snapDir) {
+      writeFileSync(join(snapDir, 'idle.smaps'), readFileSync(`/proc/${pid}/smaps`));
+      process.kill(pid, 'SIGUSR2');
+      await sleep(3000);
+    }
 
     const stableAt = new Map<string, number>();
     let peakRss = idleRss;
@@ -135,6 +214,7 @@ async function bench(): Promise<Row[]> {
       await writeFile(abs, Buffer.alloc(32 * 1024));
       await appendFile(abs, Buffer.alloc(32 * 1024));
       stableAt.set(rel, wallMs());
+      if (snapDir && i === Math.floor(ARRIVING * 0.8)) process.kill(pid, 'SIGUSR2');
       // Paced against the clock, so slow writes do not lower the rate below RATE.
       if (i % ARRIVAL_BURST === ARRIVAL_BURST - 1)
         await sleep(Math.max(0, t0 + ((i + 1) / RATE) * 1000 - wallMs()));
@@ -143,6 +223,8 @@ async function bench(): Promise<Row[]> {
     const deadline = Date.now() + ARRIVAL_TIMEOUT_MS;
     while ([...stableAt.keys()].some((k) => !created.has(k)) && Date.now() < deadline) await sleep(50);
     clearInterval(sampler);
+    const tEnd = wallMs();
+    if (snapDir) writeFileSync(join(snapDir, 'end.smaps'), readFileSync(`/proc/${pid}/smaps`));
     const cpuPerFile = {
       cp: (cpuMs(cp.child.pid!) - cpuBefore.cp) / ARRIVING,
       agent: (cpuMs(pid) - cpuBefore.agent) / ARRIVING,
@@ -165,6 +247,13 @@ async function bench(): Promise<Row[]> {
     while (unlocked() > 0 && Date.now() < lockDeadline) await sleep(250);
     const missingLocks = unlocked();
     const rssAfter = rssMb(pid);
+    // wallMs is wall-clock time, like the samples' Date.now().
+    const arrivalMem = readMem(memOut).filter((m) => m.t >= t0 && m.t <= tEnd);
+    const peakMem = arrivalMem.reduce<MemSample | undefined>(
+      (a, m) => (a && a.rss >= m.rss ? a : m),
+      undefined,
+    );
+    const peakHeap = Math.max(...arrivalMem.map((m) => m.heapUsed));
     await sse.stop();
     await stopProcess(agent);
     const on = await scanCpu(root, 'native');
@@ -215,6 +304,14 @@ async function bench(): Promise<Row[]> {
         `${idleRss.toFixed(1)} / ${peakRss.toFixed(1)} / ${rssAfter.toFixed(1)} MB`,
         '≤ 80 MB',
         peakRss <= 80,
+      ],
+      ['agent memory at idle (MB)', describeMem(idleMem), '', null],
+      ['agent memory at peak RSS sample (MB)', describeMem(peakMem), '', null],
+      [
+        'agent heap used: max while arriving',
+        arrivalMem.length > 0 ? `${mb(peakHeap)} MB (${arrivalMem.length} samples)` : 'n/a',
+        '',
+        null,
       ],
       ['scanner child RSS (watcher native)', `${on.rssMb.toFixed(1)} MB`, '', null],
       ...[...on.errors, ...off.errors].map((e): Row => ['scanner reported', e, '', null]),
