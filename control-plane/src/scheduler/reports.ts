@@ -94,10 +94,40 @@ export async function applyReportIn(
   finishBatch?: (batchId: string) => void,
 ): Promise<ReportOutcome> {
   if (!isUuid(report.taskId)) return { kind: 'stale', reason: 'task no longer exists' };
-  const fast = await applyFenced(tx, ev, now, agentId, report, leaseTtlMs, finishBatch);
-  if (fast) return fast;
-  return applyClassified(tx, ev, now, agentId, report, leaseTtlMs);
+  const call: ReportCall = { tx, ev, now, agentId, report, leaseTtlMs };
+  return (await applyFenced(call, finishBatch)) ?? applyClassified(call);
 }
+
+/** One report being applied: what both the fenced and the classified path need. */
+type ReportCall = {
+  tx: Db;
+  ev: EmittedEvents;
+  now: number;
+  agentId: string;
+  report: TaskReport;
+  leaseTtlMs: number;
+};
+
+/** What a log report writes on the task row: its seq, and a renewed lease. */
+const logReportColumns = (c: ReportCall) => ({
+  reportSeq: c.report.seq,
+  leaseExpiresAt: c.now + c.leaseTtlMs,
+});
+
+/**
+ * What an update report writes on the task row: the patch, its seq, and the lease — renewed while the
+ * task runs, cleared (with its token and any cancel request) when the report finishes it.
+ */
+function updateReportColumns(c: ReportCall, patch: TaskPatch, finished: boolean) {
+  return Object.assign(columnsOf(patch), {
+    reportSeq: c.report.seq,
+    leaseExpiresAt: finished ? 0 : c.now + c.leaseTtlMs,
+    ...(finished ? { leaseToken: null, cancelRequested: false, finishedAt: patch.finishedAt ?? c.now } : {}),
+  });
+}
+
+/** A patch of progress fields only (its event is marked progress-only for subscribers). */
+const isProgressOnly = (patch: TaskPatch): boolean => Object.keys(patch).every((k) => PROGRESS_KEYS.has(k));
 
 /** Keep a log report's text (NUL-free) as one row of the task's logs. */
 async function storeLog(tx: Db, report: Extract<TaskReport, { kind: 'log' }>, now: number): Promise<void> {
@@ -121,18 +151,14 @@ const fencedWhere = (agentId: string, r: TaskReport) => [
 ];
 
 async function applyFenced(
-  tx: Db,
-  ev: EmittedEvents,
-  now: number,
-  agentId: string,
-  report: TaskReport,
-  leaseTtlMs: number,
+  c: ReportCall,
   finishBatch: ((batchId: string) => void) | undefined,
 ): Promise<ReportOutcome | null> {
+  const { tx, ev, now, agentId, report } = c;
   if (report.kind === 'log') {
     const [r] = await tx
       .update(tasks)
-      .set({ reportSeq: report.seq, leaseExpiresAt: now + leaseTtlMs })
+      .set(logReportColumns(c))
       .where(and(...fencedWhere(agentId, report)))
       .returning({ status: tasks.status, cancelRequested: tasks.cancelRequested });
     if (!r) return null;
@@ -149,18 +175,12 @@ async function applyFenced(
   const from = patch.status ? ALLOWED_FROM.get(patch.status) : ['PRE_PROCESSING', 'RUNNING'];
   if (!from?.length) return null;
   const finished = patch.status !== undefined && isDoneStatus(patch.status);
-  const set = columnsOf(patch);
-  Object.assign(set, {
-    reportSeq: report.seq,
-    leaseExpiresAt: finished ? 0 : now + leaseTtlMs,
-    ...(finished ? { leaseToken: null, cancelRequested: false, finishedAt: patch.finishedAt ?? now } : {}),
-  });
   const changed = await applyTaskChange(
     tx,
     ev,
     and(...fencedWhere(agentId, report), inArray(tasks.status, from)),
-    set,
-    { progressOnly: Object.keys(patch).every((k) => PROGRESS_KEYS.has(k)), now, finishBatch },
+    updateReportColumns(c, patch, finished),
+    { progressOnly: isProgressOnly(patch), now, finishBatch },
   );
   if (!changed) return null;
   const { row } = changed;
@@ -173,24 +193,15 @@ async function applyFenced(
 }
 
 /** The slow path: read the row (locked) and say why the fenced update did not apply, or apply it. */
-async function applyClassified(
-  tx: Db,
-  ev: EmittedEvents,
-  now: number,
-  agentId: string,
-  report: TaskReport,
-  leaseTtlMs: number,
-): Promise<ReportOutcome> {
+async function applyClassified(c: ReportCall): Promise<ReportOutcome> {
+  const { tx, ev, now, agentId, report } = c;
   const row = await getTaskRow(tx, report.taskId, true);
   const fenced = fence(row, report);
   if (fenced) return fenced;
   if (row!.agentId !== agentId) return { kind: 'stale', reason: 'task is assigned to another agent' };
   if (report.kind === 'log') {
     await storeLog(tx, report, now);
-    await tx
-      .update(tasks)
-      .set({ reportSeq: report.seq, leaseExpiresAt: now + leaseTtlMs })
-      .where(eq(tasks.id, report.taskId));
+    await tx.update(tasks).set(logReportColumns(c)).where(eq(tasks.id, report.taskId));
     return {
       kind: 'applied',
       status: row!.status as TaskStatus,
@@ -212,14 +223,10 @@ async function applyClassified(
     await tx.update(tasks).set({ reportSeq: report.seq }).where(eq(tasks.id, report.taskId));
     return { kind: 'rejected', reason: `illegal status move ${current} → ${next}` };
   }
-  const set = columnsOf(patch);
   const finished = isDoneStatus(next);
-  const progressOnly = Object.keys(patch).every((k) => PROGRESS_KEYS.has(k));
-  Object.assign(set, {
-    reportSeq: report.seq,
-    leaseExpiresAt: finished ? 0 : now + leaseTtlMs,
-    ...(finished ? { leaseToken: null, cancelRequested: false, finishedAt: patch.finishedAt ?? now } : {}),
+  await saveTaskChange(tx, ev, report.taskId, updateReportColumns(c, patch, finished), {
+    now,
+    progressOnly: isProgressOnly(patch),
   });
-  await saveTaskChange(tx, ev, report.taskId, set, { now, progressOnly });
   return { kind: 'applied', status: next, finished, cancelRequested: !finished && row!.cancelRequested };
 }
