@@ -242,9 +242,15 @@ export async function getJson<T>(url: string): Promise<T> {
 
 /** User + system CPU time of a process in ms (from /proc/<pid>/stat; clock ticks are 100 Hz on Linux). */
 export function cpuMs(pid: number): number {
+  const { user, sys } = cpuSplitMs(pid);
+  return user + sys;
+}
+
+/** A process's user and system CPU time so far (ms, 10 ms ticks). */
+export function cpuSplitMs(pid: number): { user: number; sys: number } {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return (Number(fields[11]) + Number(fields[12])) * 10;
+  return { user: Number(fields[11]) * 10, sys: Number(fields[12]) * 10 };
 }
 
 /** "1.23 / 4.56 / 7.89 (N cpus)" */

@@ -9,7 +9,7 @@ import { copyFileSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import {
   type ControlPlane,
-  cpuMs,
+  cpuSplitMs,
   percentile,
   postJson,
   sleep,
@@ -46,6 +46,11 @@ export type ThroughputResult = {
   /** CPU time (user+system) per task during the ffleet run: control plane, and both agents together (ffmpeg not included). */
   cpCpuMs: number;
   agentCpuMs: number;
+  /** Of which system time (kernel: sockets, files, fork/exec). */
+  cpSysMs: number;
+  agentSysMs: number;
+  /** CPU of this benchmark process per task (it watches the events stream; it competes for the same cores). */
+  observerCpuMs: number;
 };
 
 function makeClips(dir: string, count: number): void {
@@ -88,6 +93,8 @@ async function runDirect(inDir: string, outDir: string, ids: number[]): Promise<
   if (code !== 0) throw new Error(`xargs ffmpeg exited ${code}`);
   return (performance.now() - t0) / 1000;
 }
+
+const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
 
 type Done = { status: string; agent: string; startedAt: number; finishedAt: number };
 
@@ -169,10 +176,18 @@ export async function benchThroughput(cp: ControlPlane, count: number): Promise<
     await runFfleet(cp, done, inDir, join(cp.dir, 'media', 'warm-ffleet'), warm);
     const ids = Array.from({ length: count }, (_, i) => i);
     const d1 = await runDirect(inDir, join(cp.dir, 'media', 'direct-1'), ids);
-    const agentsCpu = () => agents.reduce((s, a) => s + cpuMs(a.pid!), 0);
-    const cpu0 = { cp: cpuMs(cp.child.pid!), agents: agentsCpu() };
+    const sample = () => {
+      const split = agents.map((a) => cpuSplitMs(a.pid!));
+      const own = process.cpuUsage();
+      return {
+        cp: cpuSplitMs(cp.child.pid!),
+        agents: { user: sum(split.map((c) => c.user)), sys: sum(split.map((c) => c.sys)) },
+        observer: (own.user + own.system) / 1000,
+      };
+    };
+    const cpu0 = sample();
     const f = await runFfleet(cp, done, inDir, join(cp.dir, 'media', 'ffleet'), ids);
-    const cpu1 = { cp: cpuMs(cp.child.pid!), agents: agentsCpu() };
+    const cpu1 = sample();
     const d2 = await runDirect(inDir, join(cp.dir, 'media', 'direct-2'), ids);
     return {
       count,
@@ -185,8 +200,11 @@ export async function benchThroughput(cp: ControlPlane, count: number): Promise<
       gapsOver500: f.gaps.filter((g) => g > 500).length,
       agentIdleRssMb,
       agentRssAfterMb: Math.max(...agents.map((a) => rssMb(a.pid!))),
-      cpCpuMs: (cpu1.cp - cpu0.cp) / count,
-      agentCpuMs: (cpu1.agents - cpu0.agents) / count,
+      cpCpuMs: (cpu1.cp.user + cpu1.cp.sys - cpu0.cp.user - cpu0.cp.sys) / count,
+      agentCpuMs: (cpu1.agents.user + cpu1.agents.sys - cpu0.agents.user - cpu0.agents.sys) / count,
+      cpSysMs: (cpu1.cp.sys - cpu0.cp.sys) / count,
+      agentSysMs: (cpu1.agents.sys - cpu0.agents.sys) / count,
+      observerCpuMs: (cpu1.observer - cpu0.observer) / count,
     };
   } finally {
     await sse.stop();

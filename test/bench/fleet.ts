@@ -43,7 +43,11 @@ function throughputRows(t: ThroughputResult): void {
   row('(b) ratio ffleet / direct (mean)', t.ratio.toFixed(3), '≤ 1.10', t.ratio <= 1.1);
   row('(b) agent idle time per task', ms(t.idlePerTaskMs));
   row('(b) DONE → next claim p50 / p95 / >500 ms', `${ms(t.gapP50)} / ${ms(t.gapP95)} / ${t.gapsOver500}`);
-  row('(b) CPU per task: control plane / agent', `${ms(t.cpCpuMs)} / ${ms(t.agentCpuMs)}`);
+  row(
+    '(b) CPU per task: control plane / agent',
+    `${ms(t.cpCpuMs)} / ${ms(t.agentCpuMs)} (system ${ms(t.cpSysMs)} / ${ms(t.agentSysMs)})`,
+  );
+  row('(b) CPU per task of the benchmark watching', ms(t.observerCpuMs));
   row(
     '(d) agent RSS idle (5 s after online)',
     `${t.agentIdleRssMb.toFixed(1)} MB`,
