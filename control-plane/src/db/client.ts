@@ -13,6 +13,7 @@ import { migrate as migratePglite } from 'drizzle-orm/pglite/migrator';
 import { drizzle as drizzlePostgres } from 'drizzle-orm/postgres-js';
 import { migrate as migratePostgres } from 'drizzle-orm/postgres-js/migrator';
 import postgres from 'postgres';
+import { PgliteClient } from './pglite-client.ts';
 import * as schema from './schema.ts';
 
 export type Schema = typeof schema;
@@ -193,8 +194,9 @@ export async function openDatabase(opts: OpenOptions): Promise<Database> {
     startParams: [...PGlite.defaultStartParams, ...PGLITE_SETTINGS],
   });
   await pg.waitReady;
-  const db = drizzlePglite(pg, { schema }) as unknown as Db;
   await migratePglite(drizzlePglite(pg), { migrationsFolder: MIGRATIONS_DIR });
+  // Named statements over PGlite's wire protocol (pglite-client.ts); migrations above use PGlite itself.
+  const db = drizzlePglite(new PgliteClient(pg) as unknown as PGlite, { schema }) as unknown as Db;
   if (fresh) releaseInitMemory();
   let closed = false;
   return {

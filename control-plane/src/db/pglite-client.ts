@@ -1,0 +1,532 @@
+import { messages, type PGlite, type Results } from '@electric-sql/pglite';
+
+/**
+ * The embedded database's client for drizzle: PGlite driven over the PostgreSQL wire protocol with
+ * named statements.
+ *
+ * `PGlite.query()` runs every statement unnamed, in six calls into the WASM backend (Parse, Describe,
+ * Bind, Describe, Execute, Sync), and PostgreSQL plans it again each time. Planning is where most of a
+ * short statement's time goes in PGlite: it sizes every table and index the statement touches, and
+ * each size is an `fstat` through Emscripten's file system. Here a statement text is parsed and
+ * described once (its parameter and column types are kept), then each run is one call (Bind, Execute,
+ * Sync), and after a few runs PostgreSQL's plan cache reuses a generic plan. A transaction's BEGIN
+ * travels with its first statement.
+ *
+ * It implements the part of PGlite's interface that drizzle's PGlite session uses: `query`
+ * (`rowMode`, `parsers`), `exec` and `transaction`. Statements, transactions and PGlite's own calls
+ * are serialised with PGlite's mutexes, exactly as `PGlite.query()` and `PGlite.transaction()` do.
+ */
+export type QueryOptions = {
+  rowMode?: 'array' | 'object';
+  parsers?: Parsers;
+  paramTypes?: number[];
+};
+
+type Field = { name: string; dataTypeID: number };
+type Parsers = Record<number, (value: string, typeId: number) => unknown>;
+
+type Statement = {
+  name: string;
+  paramTypes: number[];
+  /** Null for statements that return no rows. */
+  fields: Field[] | null;
+};
+
+export type PgliteTransaction = {
+  query<T>(text: string, params?: unknown[], options?: QueryOptions): Promise<Results<T>>;
+  exec(text: string, options?: QueryOptions): Promise<Results[]>;
+  rollback(): Promise<void>;
+  readonly closed: boolean;
+};
+
+/** Named statements kept per database; the least recently used one is closed beyond this. */
+export const DEFAULT_STATEMENT_CACHE = 500;
+
+/** ReadyForQuery transaction states. */
+const IDLE = 0x49; // 'I'
+
+type Internals = {
+  serializers: Record<number, (x: unknown) => unknown>;
+  parsers: Parsers;
+  _runExclusiveQuery<T>(fn: () => Promise<T>): Promise<T>;
+  _runExclusiveTransaction<T>(fn: () => Promise<T>): Promise<T>;
+  execProtocolRawSync(message: Uint8Array): Uint8Array;
+  syncToFs(): Promise<void>;
+};
+
+export class PgliteClient {
+  readonly #pg: PGlite & Internals;
+  readonly #cacheSize: number;
+  /** Statement text (and parameter types when given) → named statement, least recently used first. */
+  readonly #statements = new Map<string, Statement>();
+  /** Statements evicted from the cache, closed at the start of the next exchange. */
+  #toClose: string[] = [];
+  #seq = 0;
+  /** A transaction was opened but its BEGIN not sent yet (it goes with the first statement). */
+  #pendingBegin = false;
+
+  constructor(pg: PGlite, opts: { statementCache?: number } = {}) {
+    this.#pg = pg as PGlite & Internals;
+    this.#cacheSize = Math.max(1, opts.statementCache ?? DEFAULT_STATEMENT_CACHE);
+  }
+
+  /** The PGlite instance underneath (dumps, close). */
+  get pglite(): PGlite {
+    return this.#pg;
+  }
+
+  /** How many named statements are prepared now. */
+  get preparedCount(): number {
+    return this.#statements.size;
+  }
+
+  query<T>(text: string, params: unknown[] = [], options?: QueryOptions): Promise<Results<T>> {
+    return this.#pg._runExclusiveTransaction(() => this.#query<T>(text, params, options));
+  }
+
+  exec(text: string, options?: QueryOptions): Promise<Results[]> {
+    return this.#pg._runExclusiveTransaction(() => this.#exec(text, options));
+  }
+
+  transaction<T>(callback: (tx: PgliteTransaction) => Promise<T>): Promise<T> {
+    return this.#pg._runExclusiveTransaction(async () => {
+      this.#pendingBegin = true;
+      let closed = false;
+      const check = () => {
+        if (closed) throw new Error('Transaction is closed');
+      };
+      const tx: PgliteTransaction = {
+        query: <R>(text: string, params?: unknown[], options?: QueryOptions) => {
+          check();
+          return this.#query<R>(text, params ?? [], options);
+        },
+        exec: (text: string, options?: QueryOptions) => {
+          check();
+          return this.#exec(text, options);
+        },
+        rollback: async () => {
+          check();
+          closed = true;
+          await this.#end('ROLLBACK');
+        },
+        get closed() {
+          return closed;
+        },
+      };
+      try {
+        const result = await callback(tx);
+        if (!closed) {
+          closed = true;
+          const command = await this.#end('COMMIT');
+          // COMMIT of a transaction that had failed reports ROLLBACK.
+          if (command === 'ROLLBACK') throw new Error('Transaction was aborted and rolled back');
+        }
+        return result;
+      } catch (err) {
+        if (!closed) {
+          closed = true;
+          await this.#end('ROLLBACK');
+        }
+        throw err;
+      } finally {
+        this.#pendingBegin = false;
+      }
+    });
+  }
+
+  /** COMMIT or ROLLBACK; returns the command tag. Nothing to send when BEGIN never went out. */
+  async #end(command: 'COMMIT' | 'ROLLBACK'): Promise<string> {
+    if (this.#pendingBegin) {
+      this.#pendingBegin = false;
+      return command;
+    }
+    const res = await this.#query(command, [], undefined);
+    return res.command ?? command;
+  }
+
+  async #query<T>(text: string, params: unknown[], options: QueryOptions | undefined): Promise<Results<T>> {
+    return this.#pg._runExclusiveQuery(async () => {
+      const key = options?.paramTypes?.length ? `${options.paramTypes.join(',')}|${text}` : text;
+      let stmt = this.#statements.get(key);
+      if (stmt) {
+        // Most recently used goes last.
+        this.#statements.delete(key);
+        this.#statements.set(key, stmt);
+      } else {
+        stmt = this.#prepare(key, text, options?.paramTypes ?? [], params);
+      }
+      // Values first: a value that cannot be serialised throws before anything (BEGIN included) is sent.
+      const values = this.#values(stmt, params, text);
+      const w = new Writer();
+      if (this.#pendingBegin) {
+        this.#pendingBegin = false;
+        w.query('BEGIN');
+      }
+      w.bind(stmt.name, values).execute().sync();
+      const reply = new Reply(this.#pg.execProtocolRawSync(w.finish()), this.#pg.parsers, options);
+      const result = reply.results(stmt.fields)[0];
+      if (reply.error) {
+        // A statement prepared before a schema change may not run any more; prepare it again next time.
+        if (reply.error.code === '0A000') this.#forget(key);
+        throw withQuery(reply.error, text, params);
+      }
+      if (reply.status === IDLE) await this.#pg.syncToFs();
+      return (result ?? { rows: [], fields: [], affectedRows: 0 }) as Results<T>;
+    });
+  }
+
+  /** Parse and describe a statement under a new name (one exchange); throws what Parse throws. */
+  #prepare(key: string, text: string, paramTypes: number[], params: unknown[]): Statement {
+    const name = `ffleet_${++this.#seq}`;
+    const w = new Writer();
+    for (const old of this.#toClose) w.close(old);
+    this.#toClose = [];
+    if (this.#pendingBegin) {
+      this.#pendingBegin = false;
+      w.query('BEGIN');
+    }
+    w.parse(name, text, paramTypes).describe(name).sync();
+    const reply = new Reply(this.#pg.execProtocolRawSync(w.finish()), this.#pg.parsers, undefined);
+    if (reply.error) throw withQuery(reply.error, text, params);
+    const stmt: Statement = { name, paramTypes: reply.paramTypes, fields: reply.fields };
+    this.#statements.set(key, stmt);
+    while (this.#statements.size > this.#cacheSize) {
+      const [oldest, evicted] = this.#statements.entries().next().value as [string, Statement];
+      this.#statements.delete(oldest);
+      this.#toClose.push(evicted.name);
+    }
+    return stmt;
+  }
+
+  #forget(key: string): void {
+    const stmt = this.#statements.get(key);
+    if (!stmt) return;
+    this.#statements.delete(key);
+    this.#toClose.push(stmt.name);
+  }
+
+  #values(stmt: Statement, params: unknown[], text: string): (string | Uint8Array | null)[] {
+    if (params.length !== stmt.paramTypes.length) {
+      throw new Error(
+        `bind message supplies ${params.length} parameters, but prepared statement requires ${stmt.paramTypes.length}: ${text}`,
+      );
+    }
+    const serializers = this.#pg.serializers;
+    return params.map((value, i) => {
+      if (value === null || value === undefined) return null;
+      const serialize = serializers[stmt.paramTypes[i]!];
+      const out = serialize ? serialize(value) : value;
+      if (typeof out === 'string' || out instanceof Uint8Array) return out;
+      return String(out);
+    });
+  }
+
+  /** Simple-query protocol: several statements, no parameters, no statement cache. */
+  async #exec(text: string, options: QueryOptions | undefined): Promise<Results[]> {
+    return this.#pg._runExclusiveQuery(async () => {
+      const w = new Writer();
+      if (this.#pendingBegin) {
+        this.#pendingBegin = false;
+        w.query('BEGIN');
+      }
+      w.query(text);
+      const reply = new Reply(this.#pg.execProtocolRawSync(w.finish()), this.#pg.parsers, options);
+      const results = reply.results(null);
+      if (reply.error) throw withQuery(reply.error, text, []);
+      if (reply.status === IDLE) await this.#pg.syncToFs();
+      return results;
+    });
+  }
+}
+
+function withQuery(err: Error, query: string, params: unknown[]): Error {
+  Object.assign(err, { query, params });
+  return err;
+}
+
+/** Frontend messages, written into one growing buffer. */
+class Writer {
+  #buf = Buffer.allocUnsafe(1024);
+  #at = 0;
+
+  #room(n: number): void {
+    if (this.#at + n <= this.#buf.length) return;
+    const next = Buffer.allocUnsafe(Math.max(this.#buf.length * 2, this.#at + n));
+    this.#buf.copy(next, 0, 0, this.#at);
+    this.#buf = next;
+  }
+
+  /** Start a message; returns where its length goes. */
+  #begin(code: number): number {
+    this.#room(5);
+    this.#buf[this.#at] = code;
+    const lengthAt = this.#at + 1;
+    this.#at += 5;
+    return lengthAt;
+  }
+
+  #end(lengthAt: number): void {
+    this.#buf.writeInt32BE(this.#at - lengthAt, lengthAt);
+  }
+
+  #cstring(s: string): void {
+    this.#room(Buffer.byteLength(s) + 1);
+    this.#at += this.#buf.write(s, this.#at);
+    this.#buf[this.#at++] = 0;
+  }
+
+  #int16(n: number): void {
+    this.#room(2);
+    this.#buf.writeInt16BE(n, this.#at);
+    this.#at += 2;
+  }
+
+  #int32(n: number): void {
+    this.#room(4);
+    this.#buf.writeInt32BE(n, this.#at);
+    this.#at += 4;
+  }
+
+  query(text: string): this {
+    const at = this.#begin(0x51); // Q
+    this.#cstring(text);
+    this.#end(at);
+    return this;
+  }
+
+  parse(name: string, text: string, types: number[]): this {
+    const at = this.#begin(0x50); // P
+    this.#cstring(name);
+    this.#cstring(text);
+    this.#int16(types.length);
+    for (const t of types) this.#int32(t);
+    this.#end(at);
+    return this;
+  }
+
+  describe(statement: string): this {
+    const at = this.#begin(0x44); // D
+    this.#room(1);
+    this.#buf[this.#at++] = 0x53; // S: statement
+    this.#cstring(statement);
+    this.#end(at);
+    return this;
+  }
+
+  close(statement: string): this {
+    const at = this.#begin(0x43); // C
+    this.#room(1);
+    this.#buf[this.#at++] = 0x53;
+    this.#cstring(statement);
+    this.#end(at);
+    return this;
+  }
+
+  bind(statement: string, values: (string | Uint8Array | null)[]): this {
+    const at = this.#begin(0x42); // B
+    this.#cstring(''); // unnamed portal
+    this.#cstring(statement);
+    // Parameter formats: strings are text (0), bytes are binary (1).
+    this.#int16(values.length);
+    for (const v of values) this.#int16(v instanceof Uint8Array ? 1 : 0);
+    this.#int16(values.length);
+    for (const v of values) {
+      if (v === null) {
+        this.#int32(-1);
+      } else if (typeof v === 'string') {
+        const n = Buffer.byteLength(v);
+        this.#int32(n);
+        this.#room(n);
+        this.#at += this.#buf.write(v, this.#at);
+      } else {
+        this.#int32(v.byteLength);
+        this.#room(v.byteLength);
+        this.#buf.set(v, this.#at);
+        this.#at += v.byteLength;
+      }
+    }
+    this.#int16(0); // all result columns in text format
+    this.#end(at);
+    return this;
+  }
+
+  execute(): this {
+    const at = this.#begin(0x45); // E
+    this.#cstring('');
+    this.#int32(0); // all rows
+    this.#end(at);
+    return this;
+  }
+
+  sync(): this {
+    const at = this.#begin(0x53); // S
+    this.#end(at);
+    return this;
+  }
+
+  finish(): Uint8Array {
+    return this.#buf.subarray(0, this.#at);
+  }
+}
+
+type ResultSet = Results & { command?: string; rowCount?: number };
+
+const ERROR_FIELDS: Record<string, string> = {
+  S: 'severity',
+  C: 'code',
+  D: 'detail',
+  H: 'hint',
+  P: 'position',
+  p: 'internalPosition',
+  q: 'internalQuery',
+  W: 'where',
+  s: 'schema',
+  t: 'table',
+  c: 'column',
+  d: 'dataType',
+  n: 'constraint',
+  F: 'file',
+  L: 'line',
+  R: 'routine',
+};
+
+/** The backend's answer to one exchange. */
+class Reply {
+  readonly #buf: Buffer;
+  /** The first error (the backend skips the rest of the exchange after it). */
+  error: (Error & { code?: string }) | null = null;
+  /** Transaction status of the closing ReadyForQuery. */
+  status = IDLE;
+  paramTypes: number[] = [];
+  fields: Field[] | null = null;
+
+  readonly #parsers: Parsers;
+  /** Per-query parser overrides (drizzle keeps timestamps and intervals as text). */
+  readonly #overrides: Parsers | undefined;
+  readonly #rowMode: 'array' | 'object';
+
+  constructor(bytes: Uint8Array, parsers: Parsers, options: QueryOptions | undefined) {
+    this.#buf = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    this.#parsers = parsers;
+    this.#overrides = options?.parsers;
+    this.#rowMode = options?.rowMode ?? 'object';
+    this.#scanDescribe();
+  }
+
+  /** Pick up ParameterDescription / RowDescription / ErrorResponse / ReadyForQuery. */
+  #scanDescribe(): void {
+    const b = this.#buf;
+    for (let i = 0; i + 5 <= b.length; ) {
+      const type = b[i]!;
+      const end = i + 1 + b.readInt32BE(i + 1);
+      const body = i + 5;
+      if (type === 0x74) {
+        // t: ParameterDescription
+        const n = b.readInt16BE(body);
+        this.paramTypes = Array.from({ length: n }, (_, k) => b.readUInt32BE(body + 2 + 4 * k));
+      } else if (type === 0x54) {
+        this.fields = this.#rowDescription(body);
+      } else if (type === 0x45 && !this.error) {
+        this.error = this.#error(body, end);
+      } else if (type === 0x5a) {
+        this.status = b[body]!;
+      }
+      i = end;
+    }
+  }
+
+  #rowDescription(at: number): Field[] {
+    const b = this.#buf;
+    const n = b.readInt16BE(at);
+    const fields: Field[] = [];
+    let i = at + 2;
+    for (let k = 0; k < n; k++) {
+      const zero = b.indexOf(0, i);
+      const name = b.toString('utf8', i, zero);
+      i = zero + 1;
+      const dataTypeID = b.readUInt32BE(i + 6);
+      fields.push({ name, dataTypeID });
+      i += 18;
+    }
+    return fields;
+  }
+
+  #error(at: number, end: number): Error & { code?: string } {
+    const b = this.#buf;
+    const parts: Record<string, string> = {};
+    let i = at;
+    while (i < end && b[i] !== 0) {
+      const code = String.fromCharCode(b[i]!);
+      const zero = b.indexOf(0, i + 1);
+      parts[code] = b.toString('utf8', i + 1, zero);
+      i = zero + 1;
+    }
+    const err = new messages.DatabaseError(parts.M ?? 'unknown database error', end - at + 4, 'error');
+    for (const [k, prop] of Object.entries(ERROR_FIELDS)) {
+      if (parts[k] !== undefined) (err as unknown as Record<string, string>)[prop] = parts[k];
+    }
+    return err as Error & { code?: string };
+  }
+
+  /**
+   * Result sets in order (one per CommandComplete). `described` are the columns of a prepared
+   * statement (its Bind/Execute answer carries no RowDescription); simple queries bring their own.
+   */
+  results(described: Field[] | null): ResultSet[] {
+    const b = this.#buf;
+    const sets: ResultSet[] = [];
+    let fields: Field[] = described ?? [];
+    let rows: unknown[] = [];
+    let affectedRows = 0;
+    for (let i = 0; i + 5 <= b.length; ) {
+      const type = b[i]!;
+      const end = i + 1 + b.readInt32BE(i + 1);
+      const body = i + 5;
+      if (type === 0x54) {
+        fields = this.#rowDescription(body);
+      } else if (type === 0x44) {
+        rows.push(this.#dataRow(body, fields));
+      } else if (type === 0x43) {
+        // C: CommandComplete "INSERT 0 5", "UPDATE 3", "SELECT 2", "BEGIN"
+        const tag = b.toString('utf8', body, end - 1);
+        const parts = tag.split(' ');
+        const command = parts[0]!;
+        const rowCount = Number.parseInt(parts[parts.length - 1]!, 10);
+        if (['INSERT', 'UPDATE', 'DELETE', 'COPY', 'MERGE'].includes(command)) affectedRows += rowCount;
+        const set: ResultSet = { rows: rows as ResultSet['rows'], fields, affectedRows, command };
+        if (!Number.isNaN(rowCount)) set.rowCount = rowCount;
+        sets.push(set);
+        rows = [];
+        fields = described ?? [];
+      }
+      i = end;
+    }
+    // BEGIN sent along with a statement answers first; the caller wants the statement's result.
+    if (sets.length > 1 && sets[0]!.command === 'BEGIN') sets.shift();
+    return sets;
+  }
+
+  #dataRow(at: number, fields: Field[]): unknown {
+    const b = this.#buf;
+    const n = b.readInt16BE(at);
+    let i = at + 2;
+    const values: unknown[] = new Array(n);
+    for (let k = 0; k < n; k++) {
+      const len = b.readInt32BE(i);
+      i += 4;
+      if (len < 0) {
+        values[k] = null;
+        continue;
+      }
+      const text = b.toString('utf8', i, i + len);
+      i += len;
+      const typeId = fields[k]?.dataTypeID ?? 0;
+      const parse = this.#overrides?.[typeId] ?? this.#parsers[typeId];
+      values[k] = parse ? parse(text, typeId) : text;
+    }
+    if (this.#rowMode === 'array') return values;
+    const row: Record<string, unknown> = {};
+    for (let k = 0; k < n; k++) row[fields[k]?.name ?? String(k)] = values[k];
+    return row;
+  }
+}
