@@ -17,11 +17,12 @@ import type { AgentConfig } from './config.ts';
 import { killOrphanedRuns, RUN_MARK_VAR } from './orphans.ts';
 import { Outbox } from './outbox/outbox.ts';
 import {
+  coalescingReporter,
   FENCED_OUT,
   probeTranscoder,
+  type ReportBody,
   resolveTranscoder,
   runTask,
-  type TaskReporter,
 } from './runner/index.ts';
 import { AgentSession, type BirthInfo } from './session/agent-session.ts';
 import type { SubmitResult, WatchFile, WatchState } from './watch/watch-scanner.ts';
@@ -356,28 +357,13 @@ export class FleetAgent {
       handingBack: false,
       done: Promise.resolve(),
     };
-    const send = (
-      kind: 'update' | 'log',
-      body: { patch: TaskPatch } | { step: 'pre' | 'transcoder' | 'post' | 'agent'; text: string },
-    ) => {
-      const base = { taskId: task.id, attempt, leaseToken, seq: run.seq++ };
-      const put = session.publishReport(
-        kind === 'update'
-          ? { kind, ...base, ...(body as { patch: TaskPatch }) }
-          : { kind: 'log', ...base, ...(body as { step: 'pre'; text: string }) },
-      );
+    const send = (body: ReportBody) => {
+      const put = session.publishReport({ taskId: task.id, attempt, leaseToken, seq: run.seq++, ...body });
       this.#puts.add(put);
       void put.finally(() => this.#puts.delete(put));
     };
     // After a hand-back starts, the run's own (cancel) reports are dropped: the task goes back to the queue.
-    const reporter: TaskReporter = {
-      update: (patch) => {
-        if (!run.handingBack) send('update', { patch });
-      },
-      log: (step, text) => {
-        if (!run.handingBack) send('log', { step, text });
-      },
-    };
+    const reporter = coalescingReporter(send, () => run.handingBack);
     this.#log.info({ taskId: task.id, attempt }, 'task claimed');
     run.done = runTask({
       claimed,
@@ -389,7 +375,7 @@ export class FleetAgent {
       env: { ...this.#cfg.env, [RUN_MARK_VAR]: `${this.#cfg.name}:${this.#bootId}` },
     })
       .then(() => {
-        if (run.handingBack) send('update', { patch: { status: 'QUEUED' } });
+        if (run.handingBack) send({ kind: 'update', patch: { status: 'QUEUED' } });
       })
       .finally(() => {
         this.#runs.delete(task.id);

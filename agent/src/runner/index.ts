@@ -1,3 +1,4 @@
+export { coalescingReporter, type ReportBody } from './coalescing-reporter.ts';
 export {
   computeTaskProgress,
   ProgressParser,

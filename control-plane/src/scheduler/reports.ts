@@ -1,4 +1,4 @@
-import { isDoneStatus, type TaskPatch, type TaskReport, type TaskStatus } from '@ffleet/shared';
+import { isDoneStatus, type LogText, type TaskPatch, type TaskReport, type TaskStatus } from '@ffleet/shared';
 import { and, eq, inArray, lt } from 'drizzle-orm';
 import type { Db } from '../db/client.ts';
 import type { TaskRow } from '../db/mappers.ts';
@@ -129,17 +129,23 @@ function updateReportColumns(c: ReportCall, patch: TaskPatch, finished: boolean)
 /** A patch of progress fields only (its event is marked progress-only for subscribers). */
 const isProgressOnly = (patch: TaskPatch): boolean => Object.keys(patch).every((k) => PROGRESS_KEYS.has(k));
 
-/** Keep a log report's text (NUL-free) as one row of the task's logs. */
-async function storeLog(tx: Db, report: Extract<TaskReport, { kind: 'log' }>, now: number): Promise<void> {
-  if (!report.text.length) return;
-  await tx.insert(taskLogs).values({
-    taskId: report.taskId,
-    attempt: report.attempt,
-    step: report.step,
-    text: storable(report.text),
-    createdAt: now,
-  });
+/** Keep captured output (NUL-free) as rows of the task's logs, in order; empty texts are skipped. */
+async function storeLogs(tx: Db, r: TaskReport, logs: readonly LogText[], now: number): Promise<void> {
+  const rows = logs
+    .filter((l) => l.text.length > 0)
+    .map((l) => ({
+      taskId: r.taskId,
+      attempt: r.attempt,
+      step: l.step,
+      text: storable(l.text),
+      createdAt: now,
+    }));
+  if (rows.length) await tx.insert(taskLogs).values(rows);
 }
+
+/** The output a report carries: a log report's text, or the lines sent along with an update. */
+const logsOf = (r: TaskReport): readonly LogText[] =>
+  r.kind === 'log' ? [{ step: r.step, text: r.text }] : (r.logs ?? []);
 
 /** The fence as a WHERE clause: this attempt, this lease, this agent, a seq not applied yet. */
 const fencedWhere = (agentId: string, r: TaskReport) => [
@@ -162,7 +168,7 @@ async function applyFenced(
       .where(and(...fencedWhere(agentId, report)))
       .returning({ status: tasks.status, cancelRequested: tasks.cancelRequested });
     if (!r) return null;
-    await storeLog(tx, report, now);
+    await storeLogs(tx, report, logsOf(report), now);
     return {
       kind: 'applied',
       status: r.status as TaskStatus,
@@ -183,6 +189,8 @@ async function applyFenced(
     { progressOnly: isProgressOnly(patch), now, finishBatch },
   );
   if (!changed) return null;
+  // Rows written after the update still belong to this attempt: the fence held in this transaction.
+  await storeLogs(tx, report, logsOf(report), now);
   const { row } = changed;
   return {
     kind: 'applied',
@@ -199,8 +207,9 @@ async function applyClassified(c: ReportCall): Promise<ReportOutcome> {
   const fenced = fence(row, report);
   if (fenced) return fenced;
   if (row!.agentId !== agentId) return { kind: 'stale', reason: 'task is assigned to another agent' };
+  // The current attempt's output is kept whatever its patch does (a hand-back, an illegal move).
+  await storeLogs(tx, report, logsOf(report), now);
   if (report.kind === 'log') {
-    await storeLog(tx, report, now);
     await tx.update(tasks).set(logReportColumns(c)).where(eq(tasks.id, report.taskId));
     return {
       kind: 'applied',

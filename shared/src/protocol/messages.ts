@@ -89,9 +89,17 @@ export const TaskPatch = z.object({
 });
 export type TaskPatch = z.infer<typeof TaskPatch>;
 
+export const LogStepName = z.enum(['pre', 'transcoder', 'post', 'agent']);
+
+/** Captured output of one step of a run. */
+export const LogText = z.object({ step: LogStepName, text: z.string() });
+export type LogText = z.infer<typeof LogText>;
+
 /**
  * `.../events` (agent → cp): one report about one attempt of one task. `seq` increases per
  * (task, attempt); the control plane applies each seq once, only with the current lease token.
+ * An update may carry `logs`: output captured just before it (a run's last lines and its final
+ * status travel as one report), stored with it under the same fence and seq.
  */
 export const TaskReport = z.discriminatedUnion('kind', [
   z.object({
@@ -101,6 +109,7 @@ export const TaskReport = z.discriminatedUnion('kind', [
     leaseToken: z.string(),
     seq: z.number().int().nonnegative(),
     patch: TaskPatch,
+    logs: z.array(LogText).optional(),
   }),
   z.object({
     kind: z.literal('log'),
@@ -108,7 +117,7 @@ export const TaskReport = z.discriminatedUnion('kind', [
     attempt: z.number().int(),
     leaseToken: z.string(),
     seq: z.number().int().nonnegative(),
-    step: z.enum(['pre', 'transcoder', 'post', 'agent']),
+    step: LogStepName,
     text: z.string(),
   }),
 ]);

@@ -1,0 +1,108 @@
+import type { TaskReport } from '@ffleet/shared';
+import { sql } from 'drizzle-orm';
+import { describe, expect, it } from 'vitest';
+import { insertAgent, json, VALID } from '../../../test/api/support.ts';
+import { useTestApp } from '../../../test/helpers/app.ts';
+import { claimTasksIn } from './claim.ts';
+import { GroupCommit } from './group-commit.ts';
+import { applyReportIn } from './reports.ts';
+
+describe('reports that carry logs', () => {
+  const t = useTestApp();
+
+  /** A new task claimed by a new agent, and a way to send its reports. */
+  async function claimedTask() {
+    const task = await json(await t.call('POST', '/api/v1/tasks', VALID.task()), 201);
+    const agent = await insertAgent(t.db);
+    const group = new GroupCommit(t.ctx);
+    const now = Date.now();
+    const [claim] = await group.run((tx, ev) =>
+      claimTasksIn(tx, ev, now, { id: agent.id, name: agent.name, capabilities: [] }, 1, 60_000),
+    );
+    expect(claim?.task.id).toBe(task.id);
+    const base = { taskId: task.id as string, attempt: claim!.attempt, leaseToken: claim!.leaseToken };
+    const send = (r: Omit<TaskReport, 'taskId' | 'attempt' | 'leaseToken'> & Partial<TaskReport>) =>
+      group.run((tx, ev, scope) =>
+        applyReportIn(tx, ev, now, agent.id, { ...base, ...r } as TaskReport, 60_000, (b) =>
+          scope.finishBatch(b),
+        ),
+      );
+    const logs = () =>
+      t.db.rows<{ step: string; text: string; attempt: number }>(
+        t.db.db,
+        sql`SELECT step, text, attempt FROM task_logs WHERE task_id = ${task.id} ORDER BY id`,
+      );
+    const status = async () => (await json(await t.call('GET', `/api/v1/tasks/${task.id}`))).status as string;
+    return { base, send, logs, status };
+  }
+
+  it('stores the lines an update carries, in order after earlier log reports', async () => {
+    const { send, logs, status } = await claimedTask();
+    await send({ kind: 'update', seq: 0, patch: { status: 'RUNNING', startedAt: Date.now() } });
+    await send({ kind: 'log', seq: 1, step: 'transcoder', text: 'frame=1\n' });
+    const outcome = await send({
+      kind: 'update',
+      seq: 2,
+      patch: { status: 'DONE_SUCCESSFUL', progress: 100, finishedAt: Date.now() },
+      logs: [
+        { step: 'transcoder', text: 'frame=2\nvideo:1kB\n' },
+        { step: 'post', text: '' },
+        { step: 'agent', text: 'nul \u0000 byte\n' },
+      ],
+    });
+    expect(outcome).toMatchObject({ kind: 'applied', status: 'DONE_SUCCESSFUL', finished: true });
+    expect(await status()).toBe('DONE_SUCCESSFUL');
+    expect(await logs()).toEqual([
+      { step: 'transcoder', text: 'frame=1\n', attempt: 1 },
+      { step: 'transcoder', text: 'frame=2\nvideo:1kB\n', attempt: 1 },
+      { step: 'agent', text: 'nul \uFFFD byte\n', attempt: 1 },
+    ]);
+    // The same report again (a replay from the agent's outbox) stores nothing twice.
+    const again = await send({
+      kind: 'update',
+      seq: 2,
+      patch: { status: 'DONE_SUCCESSFUL' },
+      logs: [{ step: 'transcoder', text: 'frame=2\nvideo:1kB\n' }],
+    });
+    expect(again).toEqual({ kind: 'duplicate' });
+    expect(await logs()).toHaveLength(3);
+  });
+
+  it('stores nothing from a stale attempt', async () => {
+    const { send, logs } = await claimedTask();
+    const outcome = await send({
+      kind: 'update',
+      seq: 0,
+      leaseToken: 'not-the-lease',
+      patch: { status: 'RUNNING' },
+      logs: [{ step: 'transcoder', text: 'zombie output\n' }],
+    });
+    expect(outcome).toMatchObject({ kind: 'stale' });
+    expect(await logs()).toEqual([]);
+  });
+
+  it("keeps the current attempt's lines when its patch is refused or hands the task back", async () => {
+    const refused = await claimedTask();
+    await refused.send({ kind: 'update', seq: 0, patch: { status: 'RUNNING' } });
+    const illegal = await refused.send({
+      kind: 'update',
+      seq: 1,
+      patch: { status: 'PRE_PROCESSING' },
+      logs: [{ step: 'agent', text: 'before the illegal move\n' }],
+    });
+    expect(illegal).toMatchObject({ kind: 'rejected' });
+    expect(await refused.status()).toBe('RUNNING');
+    expect((await refused.logs()).map((l) => l.text)).toEqual(['before the illegal move\n']);
+
+    const handedBack = await claimedTask();
+    const back = await handedBack.send({
+      kind: 'update',
+      seq: 0,
+      patch: { status: 'QUEUED' },
+      logs: [{ step: 'agent', text: 'shutting down\n' }],
+    });
+    expect(back).toMatchObject({ kind: 'applied', status: 'QUEUED' });
+    expect(await handedBack.status()).toBe('QUEUED');
+    expect((await handedBack.logs()).map((l) => l.text)).toEqual(['shutting down\n']);
+  });
+});
