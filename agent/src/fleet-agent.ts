@@ -8,7 +8,6 @@ import {
   PROTOCOL_VERSION,
   parseMessage,
   type RunningTask,
-  type TaskPatch,
   TaskReport,
   type WatchfolderAssignment,
 } from '@ffleet/shared';
