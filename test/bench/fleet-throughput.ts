@@ -28,7 +28,12 @@ const PREFIX = ['-nostdin', '-progress', 'pipe:1', '-nostats'];
 const TRANSCODE = ['-y', '-i', '{in}', '-c:v', 'libx264', '-preset', 'ultrafast', '{out}'];
 const RUN_TIMEOUT_MS = 300_000;
 const IDLE_RSS_AFTER_MS = 5_000;
-const WARMUP = 4;
+/**
+ * Tasks run through both paths before the measured runs (BENCH_WARMUP): ffmpeg's files in the page
+ * cache, and the control plane's and agents' JIT past its first compilations (a service that has been
+ * up a while; a cold one spends a fifth of its CPU in V8's compilers during the first 200 tasks).
+ */
+const WARMUP = Number(process.env.BENCH_WARMUP ?? 4);
 
 export type ThroughputResult = {
   count: number;

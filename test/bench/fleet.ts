@@ -1,5 +1,5 @@
 // npm run bench:fleet — numbers, not a test: prints a table (targets from the issue), exits 0 unless a
-// part could not run. BENCH_PARTS=a,b,c,d picks parts; sizes: BENCH_DISPATCH, BENCH_TRANSCODES,
+// part could not run. BENCH_PARTS=a,b,c,d picks parts; sizes: BENCH_DISPATCH, BENCH_TRANSCODES, BENCH_WARMUP,
 // BENCH_SIM_AGENTS, BENCH_SIM_TASKS, BENCH_SIM_WINDOW_MS.
 import { cpus } from 'node:os';
 import { postgresAvailable } from '../helpers/db.ts';
