@@ -1,4 +1,4 @@
-import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readlinkSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { sql } from 'drizzle-orm';
@@ -73,4 +73,45 @@ describe('embedded PGlite data directory', () => {
     // The first open runs initdb in the empty directory (what a first `npm start` does): seconds on an
     // idle machine, much longer on a loaded CI runner.
   }, 180_000);
+  it('syncs every commit to disk: fsync on, and the WAL really fsync()ed', async () => {
+    dir = mkdtempSync(join(tmpdir(), 'ffleet-pglite-'));
+    open = await openDatabase({ kind: 'pglite', dataDir: join(dir, 'pglite') });
+    const settings = await query<{ name: string; setting: string }>(
+      open,
+      sql`SELECT name, setting FROM pg_settings WHERE name IN ('fsync', 'wal_sync_method') ORDER BY name`,
+    );
+    expect(settings).toEqual([
+      { name: 'fsync', setting: 'on' },
+      { name: 'wal_sync_method', setting: 'fsync' },
+    ]);
+    // Count what reaches the real fsync (installed by openDatabase under PGlite's NODEFS).
+    const ops = (
+      open.raw as unknown as { mod: { NODEFS: { stream_ops: { fsync: (s: { nfd?: number }) => number } } } }
+    ).mod.NODEFS.stream_ops;
+    const real = ops.fsync;
+    const synced: string[] = [];
+    ops.fsync = (stream) => {
+      if (stream.nfd !== undefined) synced.push(readlinkSync(`/proc/self/fd/${stream.nfd}`));
+      return real(stream);
+    };
+    try {
+      const ctx = ctxOf(open);
+      await createPreset(ctx, { name: 'durable', command: '-i a b' });
+      expect(synced.some((f) => f.includes(`${join(dir, 'pglite')}/pg_wal/`))).toBe(true);
+      const before = synced.length;
+      await createPreset(ctx, { name: 'durable-2', command: '-i a b' });
+      expect(synced.length).toBeGreaterThan(before);
+    } finally {
+      ops.fsync = real;
+    }
+  });
+
+  it('leaves an in-memory database as PGlite starts it (nothing to sync)', async () => {
+    open = await openDatabase({ kind: 'pglite' });
+    const [row] = await query<{ setting: string }>(
+      open,
+      sql`SELECT setting FROM pg_settings WHERE name = 'fsync'`,
+    );
+    expect(row?.setting).toBe('off');
+  });
 });
