@@ -156,7 +156,6 @@ pg.waitReady.then(() => pg.close()).then(() => process.exit(0), (err) => { conso
   }
 }
 
-/** Open the database and apply the committed migrations. */
 /**
  * Commits on disk that survive a power cut. PGlite starts PostgreSQL with fsync off (`-F`), and its
  * Emscripten file system syncs nothing (fdatasync is a no-op, NODEFS has no fsync): every commit is
@@ -187,6 +186,7 @@ export function installDurableFsync(pg: PGlite, onError: (err: Error) => void): 
   };
 }
 
+/** Open the database and apply the committed migrations. */
 export async function openDatabase(opts: OpenOptions): Promise<Database> {
   if (opts.kind === 'postgres') {
     const client = postgres(opts.url, {
