@@ -84,6 +84,15 @@ describe('PgliteClient (PGlite over the wire protocol with named statements)', (
     expect((await client.query<{ v: number }>('select $1::int + 1 as v', [41])).rows[0]!.v).toBe(42);
   });
 
+  it('names its statements apart from another client on the same PGlite', async () => {
+    // Fresh clients number their statements from the same start.
+    const a = new PgliteClient(pg);
+    const b = new PgliteClient(pg);
+    for (const c of [a, b, a, b]) {
+      expect((await c.query<{ v: number }>('select $1::int * 2 as v', [21])).rows).toEqual([{ v: 42 }]);
+    }
+  });
+
   it('throws PostgreSQL errors with their fields, and the next statement runs', async () => {
     const dup = await client
       .query('insert into items (id, name) values ($1, $2)', [
