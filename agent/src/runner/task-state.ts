@@ -1,7 +1,7 @@
-import type { Task, TaskPatch } from '@ffleet/shared';
+import type { LogText, Task, TaskPatch } from '@ffleet/shared';
 
 /** Which part of a run produced a log text. */
-export type LogStep = 'pre' | 'transcoder' | 'post' | 'agent';
+export type LogStep = LogText['step'];
 
 /**
  * Where a run reports to. The agent's session turns these calls into acknowledged MQTT reports;

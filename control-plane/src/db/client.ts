@@ -170,7 +170,7 @@ type NodeFsStream = { nfd?: number };
 type PgliteModule = { NODEFS?: { stream_ops?: Record<string, unknown> } };
 
 /** Install a real fsync under PGlite's NODEFS; throws if this PGlite build has no NODEFS to hook. */
-export function installDurableFsync(pg: PGlite, onError: (err: Error) => void): void {
+function installDurableFsync(pg: PGlite, onError: (err: Error) => void): void {
   const ops = (pg as unknown as { mod?: PgliteModule }).mod?.NODEFS?.stream_ops;
   if (!ops) throw new Error('this PGlite build exposes no NODEFS: cannot make its commits durable');
   ops.fsync = (stream: NodeFsStream): number => {
