@@ -236,7 +236,12 @@ describe('cancel and restart', () => {
       inputFile: longInput,
       outputFile: target,
     });
-    await c.api.waitForTask(task.id, (t) => t.status === 'RUNNING' && t.progress > 0, 30_000);
+    const running = await c.api.waitForTask(task.id, (t) => t.status === 'RUNNING' && t.progress > 0, 30_000);
+    // The resolved values the agent holds back at the start of a transcode ride on its first progress
+    // report at the latest: a running task never shows progress without them.
+    expect(running.command.resolved).toContain(target);
+    expect(running.inputFile.resolved).toBe(longInput);
+    expect(running.outputFile.resolved).toBe(target);
     await waitFor(() => existsSync(target) && processesMatching(target).length > 0, 10_000, 'ffmpeg writing');
 
     const r = await c.api.patch(`/api/v1/tasks/${task.id}/cancel`);

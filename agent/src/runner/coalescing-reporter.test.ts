@@ -1,5 +1,10 @@
-import { describe, expect, it } from 'vitest';
-import { coalescingReporter, type ReportBody } from './coalescing-reporter.ts';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import {
+  coalescingReporter,
+  DEFER_MAX_LOG_CHARS,
+  DEFER_MAX_MS,
+  type ReportBody,
+} from './coalescing-reporter.ts';
 
 const tick = () => new Promise<void>((r) => setImmediate(r));
 
@@ -63,5 +68,92 @@ describe('coalescingReporter', () => {
     reporter.log('agent', 'after\n');
     await tick();
     expect(sent).toEqual([]);
+  });
+
+  describe('deferrable updates', () => {
+    afterEach(() => {
+      vi.useRealTimers();
+    });
+
+    it('hold the update and the output after it, and send them with the next update as one report', async () => {
+      const { sent, reporter } = recorder();
+      reporter.update(
+        { status: 'RUNNING', progress: 0, command: { raw: 'r', resolved: 'x' } },
+        { defer: true },
+      );
+      reporter.log('agent', '$ ffmpeg\n');
+      await tick();
+      reporter.log('transcoder', 'Duration: 00:00:01.00\n');
+      await tick();
+      expect(sent).toEqual([]);
+      reporter.log('agent', 'exit 0\n');
+      reporter.update({ status: 'DONE_SUCCESSFUL', progress: 100 });
+      expect(sent).toEqual([
+        {
+          kind: 'update',
+          // The later update's fields win; the held ones it does not set ride along.
+          patch: { status: 'DONE_SUCCESSFUL', progress: 100, command: { raw: 'r', resolved: 'x' } },
+          logs: [
+            { step: 'agent', text: '$ ffmpeg\n' },
+            { step: 'transcoder', text: 'Duration: 00:00:01.00\n' },
+            { step: 'agent', text: 'exit 0\n' },
+          ],
+        },
+      ]);
+      await tick();
+      expect(sent).toHaveLength(1);
+    });
+
+    it('send the held update with its output on their own once the deferral is over', async () => {
+      vi.useFakeTimers();
+      const { sent, reporter } = recorder();
+      reporter.update({ status: 'RUNNING', startedAt: 5 }, { defer: true });
+      reporter.log('transcoder', 'a\n');
+      await vi.advanceTimersByTimeAsync(DEFER_MAX_MS - 1);
+      expect(sent).toEqual([]);
+      await vi.advanceTimersByTimeAsync(1);
+      expect(sent).toEqual([
+        {
+          kind: 'update',
+          patch: { status: 'RUNNING', startedAt: 5 },
+          logs: [{ step: 'transcoder', text: 'a\n' }],
+        },
+      ]);
+      // Nothing is held any more: output goes out as log reports again, an update at once.
+      reporter.log('transcoder', 'b\n');
+      await vi.advanceTimersByTimeAsync(0);
+      reporter.update({ progress: 40 });
+      expect(sent.slice(1)).toEqual([
+        { kind: 'log', step: 'transcoder', text: 'b\n' },
+        { kind: 'update', patch: { progress: 40 } },
+      ]);
+      await vi.advanceTimersByTimeAsync(DEFER_MAX_MS * 2);
+      expect(sent).toHaveLength(3);
+    });
+
+    it('send the held update at once when the output held with it grows large', async () => {
+      const { sent, reporter } = recorder();
+      reporter.update({ status: 'RUNNING' }, { defer: true });
+      reporter.log('transcoder', 'x'.repeat(DEFER_MAX_LOG_CHARS / 2));
+      await tick();
+      expect(sent).toEqual([]);
+      reporter.log('transcoder', 'y'.repeat(DEFER_MAX_LOG_CHARS / 2));
+      await tick();
+      expect(sent).toHaveLength(1);
+      expect(sent[0]).toMatchObject({ kind: 'update', patch: { status: 'RUNNING' } });
+      expect((sent[0] as { logs: unknown[] }).logs).toHaveLength(2);
+    });
+
+    it('are dropped with their output when the run is muted before they are sent', async () => {
+      vi.useFakeTimers();
+      const { sent, reporter, mute } = recorder();
+      reporter.update({ status: 'RUNNING' }, { defer: true });
+      reporter.log('transcoder', 'a\n');
+      await vi.advanceTimersByTimeAsync(0);
+      mute();
+      await vi.advanceTimersByTimeAsync(DEFER_MAX_MS);
+      reporter.update({ status: 'DONE_CANCELED' });
+      expect(sent).toEqual([]);
+    });
   });
 });

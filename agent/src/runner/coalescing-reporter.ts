@@ -5,29 +5,103 @@ import type { TaskReporter } from './task-state.ts';
 export type ReportBody = { kind: 'update'; patch: TaskPatch; logs?: LogText[] } | ({ kind: 'log' } & LogText);
 
 /**
- * A {@link TaskReporter} that sends output handed over in the same tick as an update along with that
- * update: a run's last lines and its final status become one report (one outbox write, one MQTT
- * message, one acknowledgement, one fenced statement) instead of one per step plus one. Output with no
- * update in its tick goes out on its own as `log` reports, in order, once the tick ends. `send` is
- * skipped while `muted()` is true (a run being handed back reports nothing more of its own).
+ * Longest time a deferrable update waits for a later one to ride on. Progress reports start half a
+ * second into a transcode (ProgressThrottle), so a long run's first report still leaves within that
+ * half second; this bound is for runs that print no progress (a stalled input, a script).
  */
-export function coalescingReporter(send: (body: ReportBody) => void, muted: () => boolean): TaskReporter {
+export const DEFER_MAX_MS = 1_000;
+
+/** Held output above this many characters sends the held update at once (one report stays small). */
+export const DEFER_MAX_LOG_CHARS = 32 * 1024;
+
+/**
+ * A {@link TaskReporter} that turns a run's changes into as few reports as the contract allows:
+ *
+ * - Output handed over in the same tick as an update goes with that update: a run's last lines and its
+ *   final status are one report (one outbox write, one MQTT message, one acknowledgement, one fenced
+ *   statement) instead of one per step plus one. Output with no update in its tick goes out on its own
+ *   as `log` reports, in order, once the tick ends.
+ * - A deferrable update (`{ defer: true }`: one that changes no status the control plane shows, such as
+ *   the resolved command of a task the claim already made RUNNING) is held for at most
+ *   {@link DEFER_MAX_MS}, and output arriving meanwhile is held with it. The next update (progress, the
+ *   next step, the result) carries it; so does the timer. A transcode that ends within that time is
+ *   then reported once, by its result, instead of by a RUNNING details report, a log report and the
+ *   result: for short tasks that is most of what agent and control plane spend per task.
+ *
+ * `send` is skipped while `muted()` is true (a run being handed back reports nothing more of its own);
+ * what is held then is dropped.
+ */
+export function coalescingReporter(
+  send: (body: ReportBody) => void,
+  muted: () => boolean,
+  opts: { deferMaxMs?: number } = {},
+): TaskReporter {
+  const deferMaxMs = opts.deferMaxMs ?? DEFER_MAX_MS;
+  /** Output of the current tick, not yet sent. */
   let logs: LogText[] = [];
-  const flush = () => {
+  /** A held deferrable update, the output held with it, and the timer that sends it. */
+  let held: TaskPatch | null = null;
+  let heldLogs: LogText[] = [];
+  let heldChars = 0;
+  let timer: NodeJS.Timeout | undefined;
+
+  const takeHeld = (): { patch: TaskPatch; logs: LogText[] } => {
+    clearTimeout(timer);
+    timer = undefined;
+    const out = { patch: held ?? {}, logs: heldLogs };
+    held = null;
+    heldLogs = [];
+    heldChars = 0;
+    return out;
+  };
+  const sendUpdate = (patch: TaskPatch, carried: LogText[]) => {
+    if (muted()) return;
+    send(carried.length ? { kind: 'update', patch, logs: carried } : { kind: 'update', patch });
+  };
+  const sendHeld = () => {
+    if (held === null) return;
+    const h = takeHeld();
+    sendUpdate(h.patch, h.logs);
+  };
+  const flushTick = () => {
     const pending = logs;
     logs = [];
-    if (!muted()) for (const l of pending) send({ kind: 'log', ...l });
+    if (muted() || pending.length === 0) return;
+    if (held !== null) {
+      holdLogs(pending);
+      return;
+    }
+    for (const l of pending) send({ kind: 'log', ...l });
   };
+  const holdLogs = (more: LogText[]) => {
+    for (const l of more) {
+      heldLogs.push(l);
+      heldChars += l.text.length;
+    }
+    if (heldChars >= DEFER_MAX_LOG_CHARS) sendHeld();
+  };
+
   return {
-    update: (patch) => {
+    update: (patch, updateOpts) => {
       if (muted()) return;
       const carried = logs;
       logs = [];
-      send(carried.length ? { kind: 'update', patch, logs: carried } : { kind: 'update', patch });
+      if (updateOpts?.defer) {
+        held = { ...(held ?? {}), ...patch };
+        holdLogs(carried);
+        if (held !== null && timer === undefined) timer = setTimeout(sendHeld, deferMaxMs);
+        return;
+      }
+      if (held !== null) {
+        const h = takeHeld();
+        sendUpdate({ ...h.patch, ...patch }, [...h.logs, ...carried]);
+        return;
+      }
+      sendUpdate(patch, carried);
     },
     log: (step, text) => {
       if (muted()) return;
-      if (logs.length === 0) queueMicrotask(flush);
+      if (logs.length === 0) queueMicrotask(flushTick);
       logs.push({ step, text });
     },
   };

@@ -151,15 +151,22 @@ async function runStages(
     }
   }
 
-  state.apply({
-    status: 'RUNNING',
-    startedAt,
-    command: { raw: state.task.command.raw, resolved: chain.display },
-    inputFile: { raw: state.task.inputFile.raw, resolved: paths.inputFile },
-    outputFile: { raw: state.task.outputFile.raw, resolved: paths.outputFile },
-    progress: 0,
-    remaining: -1,
-  });
+  // A task claimed straight into RUNNING (no pre-processing) is shown RUNNING at progress 0 already:
+  // its resolved values may ride on the next report (progress, or the result of a short transcode).
+  // After pre-processing this update is the move to RUNNING, which goes out at once.
+  const deferDetails = state.task.status === 'RUNNING';
+  state.apply(
+    {
+      status: 'RUNNING',
+      startedAt,
+      command: { raw: state.task.command.raw, resolved: chain.display },
+      inputFile: { raw: state.task.inputFile.raw, resolved: paths.inputFile },
+      outputFile: { raw: state.task.outputFile.raw, resolved: paths.outputFile },
+      progress: 0,
+      remaining: -1,
+    },
+    { defer: deferDetails },
+  );
   throttle.reported({ progress: 0, remaining: -1 });
   const transcode = await runTranscode({
     segments: chain.segments,

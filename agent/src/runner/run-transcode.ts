@@ -99,9 +99,9 @@ export async function runTranscode(input: TranscodeInput): Promise<StepOutcome> 
         }
       },
     });
-    // The command line goes out now, while the transcoder runs (it is spawned above), rather than with
-    // the transcoder's output when a short transcode ends: one report fewer between the transcoder's
-    // exit and the final report, which the control plane handles in order before the agent's next claim.
+    // The command line is handed over now, while the transcoder runs (it is spawned above): it rides on
+    // the run's held RUNNING details or goes out on its own, not in a report between the transcoder's
+    // exit and the final one (which the control plane handles in order before the agent's next claim).
     input.logs.agent.flush();
     const result = await running;
 

@@ -8,8 +8,12 @@ export type LogStep = LogText['step'];
  * the runner neither waits for nor depends on their delivery.
  */
 export interface TaskReporter {
-  /** A change of the task's fields (status, progress, resolved values, step details, result). */
-  update(patch: TaskPatch): void;
+  /**
+   * A change of the task's fields (status, progress, resolved values, step details, result).
+   * `defer`: the change moves no status the control plane shows, so it may ride on a later report
+   * (see coalescingReporter); the runner's own view of the task changes at once either way.
+   */
+  update(patch: TaskPatch, opts?: { defer?: boolean }): void;
   /** Captured output of a step, whole lines each ending with `\n`. */
   log(step: LogStep, text: string): void;
 }
@@ -28,9 +32,9 @@ export class TaskState {
     this.task = structuredClone(task);
   }
 
-  /** Apply a patch to the copy and report it. */
-  apply(patch: TaskPatch): void {
+  /** Apply a patch to the copy and report it (`defer`: see {@link TaskReporter.update}). */
+  apply(patch: TaskPatch, opts?: { defer?: boolean }): void {
     Object.assign(this.task, structuredClone(patch) as Partial<Task>);
-    this.reporter.update(patch);
+    this.reporter.update(patch, opts);
   }
 }
