@@ -115,14 +115,45 @@ function agentGaps(tasks: Done[]): number[] {
   return gaps;
 }
 
+/**
+ * Tasks seen ending on the events stream, and a wait for a set of them. The wait is woken by the stream
+ * (no polling): this process shares the two cores with ffmpeg and ffleet, and a timer every few ms cost
+ * it as much CPU per task as ffleet's agents spend on a report.
+ */
+class DoneTasks {
+  readonly #done = new Map<string, Done>();
+  #waiting: { ids: readonly string[]; resolve: () => void } | null = null;
+
+  add(id: string, d: Done): void {
+    this.#done.set(id, d);
+    const w = this.#waiting;
+    if (!w?.ids.every((i) => this.#done.has(i))) return;
+    this.#waiting = null;
+    w.resolve();
+  }
+
+  get(id: string): Done | undefined {
+    return this.#done.get(id);
+  }
+
+  /** Resolves once every id ended; rejects after `timeoutMs`. */
+  async waitFor(ids: readonly string[], timeoutMs: number): Promise<void> {
+    if (ids.every((i) => this.#done.has(i))) return;
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      await new Promise<void>((resolve, reject) => {
+        this.#waiting = { ids, resolve };
+        timer = setTimeout(() => reject(new Error('ffleet run did not finish in time')), timeoutMs);
+      });
+    } finally {
+      clearTimeout(timer);
+      this.#waiting = null;
+    }
+  }
+}
+
 /** Enqueue one batch and wait until every task ended; returns wall seconds and the tasks' busy ms. */
-async function runFfleet(
-  cp: ControlPlane,
-  done: Map<string, Done>,
-  inDir: string,
-  outDir: string,
-  ids: number[],
-) {
+async function runFfleet(cp: ControlPlane, done: DoneTasks, inDir: string, outDir: string, ids: number[]) {
   // ffleet wildcards, not template literals.
   // biome-ignore lint/suspicious/noTemplateCurlyInString: ffleet wildcard
   const [input, output] = ['${INPUT_FILE}', '${OUTPUT_FILE}'];
@@ -138,11 +169,7 @@ async function runFfleet(
   const taskIds = batch.tasks;
   if (taskIds.length !== ids.length)
     throw new Error(`batch returned ${taskIds.length} tasks, expected ${ids.length}`);
-  const deadline = Date.now() + RUN_TIMEOUT_MS;
-  while (!taskIds.every((id) => done.has(id))) {
-    if (Date.now() > deadline) throw new Error('ffleet run did not finish in time');
-    await sleep(5);
-  }
+  await done.waitFor(taskIds, RUN_TIMEOUT_MS);
   const last = Math.max(...taskIds.map((id) => done.get(id)!.finishedAt));
   const failed = taskIds.filter((id) => done.get(id)!.status !== 'DONE_SUCCESSFUL');
   if (failed.length) throw new Error(`${failed.length} ffleet tasks did not succeed`);
@@ -156,7 +183,7 @@ export async function benchThroughput(cp: ControlPlane, count: number): Promise<
   makeClips(inDir, count + WARMUP);
   const names = ['tp-1', 'tp-2'];
   const agents = names.map((n) => startAgent(cp, n, { FFLEET_TRANSCODER: FFMPEG, FFLEET_AGENT_SLOTS: '1' }));
-  const done = new Map<string, Done>();
+  const done = new DoneTasks();
   const sse = new SseClient(`${cp.api}/events?events=task.updated`, (e) => {
     const d = e.data.data as {
       taskId: string;
@@ -164,7 +191,7 @@ export async function benchThroughput(cp: ControlPlane, count: number): Promise<
       task: { startedAt: number; agent: { name: string } | null };
     };
     if (d.status.startsWith('DONE_'))
-      done.set(d.taskId, {
+      done.add(d.taskId, {
         status: d.status,
         agent: d.task.agent?.name ?? '',
         startedAt: d.task.startedAt,
