@@ -1,13 +1,14 @@
 import type { ClaimedTask } from '@ffleet/shared';
-import { and, asc, eq, inArray, type SQL, sql } from 'drizzle-orm';
+import { and, asc, eq, inArray, type Placeholder, type SQL, sql } from 'drizzle-orm';
 import type { Db } from '../db/client.ts';
-import { toTask } from '../db/mappers.ts';
+import { type TaskRow, toTask } from '../db/mappers.ts';
 import { tasks } from '../db/schema.ts';
+import { ph, runCached } from '../db/statement-cache.ts';
 import type { EmittedEvents } from '../events/outbox.ts';
 import { emitTaskUpdated } from '../services/tasks.ts';
 
 /** A literal text[] built from parameters (works the same on postgres-js and PGlite). */
-export const textArray = (values: readonly string[]): SQL =>
+export const textArray = (values: readonly (string | Placeholder)[]): SQL =>
   values.length
     ? sql`ARRAY[${sql.join(
         values.map((v) => sql`${v}`),
@@ -61,52 +62,70 @@ export async function claimTasksIn(
   leaseTtlMs: number,
 ): Promise<ClaimedTask[]> {
   if (max <= 0 || (agent.slots !== undefined && agent.slots <= 0)) return [];
-  const limit =
-    agent.slots === undefined
-      ? max
-      : sql`GREATEST(0, LEAST(${max}::int, ${agent.slots}::int - (SELECT count(*)::int FROM ${tasks} WHERE ${and(
-          eq(tasks.agentId, agent.id),
-          // Literals, not parameters: a partial index on running tasks can only serve a generic plan
-          // whose predicate it can prove.
-          sql`${tasks.status} IN ('PRE_PROCESSING', 'RUNNING')`,
-        )})))`;
-  const candidates = tx
-    .select({ id: tasks.id })
-    .from(tasks)
-    // Both the filter's wrapping and NULLS LAST keep the plan on tasks_claim_idx, walked in order and
-    // stopped at the first free matching rows (see above).
-    .where(
-      and(
-        eq(tasks.status, 'QUEUED'),
-        sql`coalesce(${tasks.requires} <@ ${textArray(agent.capabilities)}, false)`,
-      ),
-    )
-    .orderBy(sql`${tasks.priority} DESC NULLS LAST`, asc(tasks.createdAt), asc(tasks.id))
-    // drizzle renders an SQL limit as is (the type only admits numbers and placeholders).
-    .limit(limit as number)
-    .for('update', { skipLocked: true });
-  const claimed = await tx
-    .update(tasks)
-    .set({
-      // Pre-processing is "defined" when it names a script or a sidecar (the runner's rule too).
-      status: sql`CASE WHEN coalesce(${tasks.preProcessing}->'scriptPath'->>'raw', '') <> ''
+  const caps = agent.capabilities;
+  const values: Record<string, unknown> = {
+    max,
+    slots: agent.slots ?? 0,
+    agentId: agent.id,
+    agentName: agent.name,
+    now,
+    leaseExpiresAt: now + leaseTtlMs,
+  };
+  for (const [i, cap] of caps.entries()) values[`cap${i}`] = cap;
+  const withSlots = agent.slots !== undefined;
+  // One shape per (slot limit or not, number of capabilities): built once (statement-cache.ts).
+  const claimed = await runCached<TaskRow[]>(
+    tx,
+    `claim:${withSlots}:${caps.length}`,
+    () => {
+      const limit = withSlots
+        ? sql`GREATEST(0, LEAST(${ph('max')}::int, ${ph('slots')}::int - (SELECT count(*)::int FROM ${tasks} WHERE ${and(
+            eq(tasks.agentId, ph('agentId')),
+            // Literals, not parameters: a partial index on running tasks can only serve a generic plan
+            // whose predicate it can prove.
+            sql`${tasks.status} IN ('PRE_PROCESSING', 'RUNNING')`,
+          )})))`
+        : ph('max');
+      const candidates = tx
+        .select({ id: tasks.id })
+        .from(tasks)
+        // Both the filter's wrapping and NULLS LAST keep the plan on tasks_claim_idx, walked in order and
+        // stopped at the first free matching rows (see above).
+        .where(
+          and(
+            eq(tasks.status, 'QUEUED'),
+            sql`coalesce(${tasks.requires} <@ ${textArray(caps.map((_, i) => ph(`cap${i}`)))}, false)`,
+          ),
+        )
+        .orderBy(sql`${tasks.priority} DESC NULLS LAST`, asc(tasks.createdAt), asc(tasks.id))
+        // drizzle renders an SQL limit as is (the type only admits numbers and placeholders).
+        .limit(limit as unknown as number)
+        .for('update', { skipLocked: true });
+      return tx
+        .update(tasks)
+        .set({
+          // Pre-processing is "defined" when it names a script or a sidecar (the runner's rule too).
+          status: sql`CASE WHEN coalesce(${tasks.preProcessing}->'scriptPath'->>'raw', '') <> ''
         OR coalesce(${tasks.preProcessing}->'sidecarPath'->>'raw', '') <> '' THEN 'PRE_PROCESSING' ELSE 'RUNNING' END`,
-      attempt: sql`${tasks.attempt} + 1`,
-      leaseToken: sql`gen_random_uuid()::text`,
-      leaseExpiresAt: now + leaseTtlMs,
-      agentId: agent.id,
-      agentName: agent.name,
-      reportSeq: -1,
-      startedAt: now,
-      finishedAt: 0,
-      progress: 0,
-      remaining: -1,
-      error: '',
-      cancelRequested: false,
-      updatedAt: now,
-    })
-    .where(inArray(tasks.id, candidates))
-    .returning();
+          attempt: sql`${tasks.attempt} + 1`,
+          leaseToken: sql`gen_random_uuid()::text`,
+          leaseExpiresAt: ph('leaseExpiresAt'),
+          agentId: ph('agentId'),
+          agentName: ph('agentName'),
+          reportSeq: -1,
+          startedAt: ph('now'),
+          finishedAt: 0,
+          progress: 0,
+          remaining: -1,
+          error: '',
+          cancelRequested: false,
+          updatedAt: ph('now'),
+        } as unknown as Partial<typeof tasks.$inferInsert>)
+        .where(inArray(tasks.id, candidates))
+        .returning();
+    },
+    values,
+  );
   // RETURNING order is unspecified; hand tasks out in queue order.
   claimed.sort((a, b) => b.priority - a.priority || a.createdAt - b.createdAt || a.id.localeCompare(b.id));
   const out: ClaimedTask[] = [];

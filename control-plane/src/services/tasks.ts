@@ -6,11 +6,12 @@ import {
   type TaskListQuery,
   type TaskStatus,
 } from '@ffleet/shared';
-import { and, asc, count, eq, ilike, inArray, or, type SQL, sql } from 'drizzle-orm';
+import { and, asc, count, eq, ilike, inArray, or, type Placeholder, type SQL, sql } from 'drizzle-orm';
 import { ConflictError, NotFoundError, ValidationError } from '../api/errors.ts';
 import type { Db, RawStatement } from '../db/client.ts';
 import { type TaskRow, toTask } from '../db/mappers.ts';
 import { batches, presets, taskCounts, taskLogs, tasks } from '../db/schema.ts';
+import { ph, runCached } from '../db/statement-cache.ts';
 import { compactTaskCounts } from '../db/task-counts.ts';
 import { EmittedEvents } from '../events/outbox.ts';
 import { type ServiceContext, transact } from './context.ts';
@@ -272,10 +273,24 @@ export async function applyTaskChange(
     .set({ ...patch, updatedAt: opts.now })
     .where(where)
     .returning();
-  if (!row) return null;
+  return row ? taskChanged(tx, ev, row, patch.status, opts) : null;
+}
+
+/**
+ * What a task change that was written means: `task.updated` for the row as it now is, and, when it
+ * moved the task to a DONE_* `status`, `batch.finished` if it was its batch's last open task
+ * (`finishBatch`: leave that check to the end of the group).
+ */
+export async function taskChanged(
+  tx: Db,
+  ev: EmittedEvents,
+  row: TaskRow,
+  status: string | undefined,
+  opts: { progressOnly?: boolean; now: number; finishBatch?: (batchId: string) => void },
+): Promise<{ row: TaskRow; task: Task }> {
   const task = toTask(row);
   await emitTaskUpdated(ev, task, opts.now, opts.progressOnly);
-  if (patch.status && isDoneStatus(patch.status) && task.batch) {
+  if (status && isDoneStatus(status) && task.batch) {
     if (opts.finishBatch) opts.finishBatch(task.batch);
     else await finishBatchIfDone(tx, ev, task.batch, opts.now);
   }
@@ -283,7 +298,7 @@ export async function applyTaskChange(
 }
 
 /** The tasks of a batch that are not finished yet (QUEUED or running). */
-export const openBatchTasks = (batchId: string): SQL | undefined =>
+export const openBatchTasks = (batchId: string | Placeholder): SQL | undefined =>
   and(eq(tasks.batchId, batchId), inArray(tasks.status, ['QUEUED', 'PRE_PROCESSING', 'RUNNING']));
 
 /**
@@ -296,9 +311,29 @@ export async function finishBatchIfDone(
   batchId: string,
   now: number,
 ): Promise<void> {
-  const [b] = await tx.select().from(batches).where(eq(batches.id, batchId)).for('update');
+  // Both statements run once per finished batch task: built once (statement-cache.ts).
+  const [b] = await runCached<{ status: string }[]>(
+    tx,
+    'batch-finish:lock',
+    () =>
+      tx
+        .select({ status: batches.status })
+        .from(batches)
+        .where(eq(batches.id, ph('batchId')))
+        .for('update'),
+    { batchId },
+  );
   if (!b || b.status === 'DONE') return;
-  const [open] = await tx.select({ n: count() }).from(tasks).where(openBatchTasks(batchId));
+  const [open] = await runCached<{ n: number }[]>(
+    tx,
+    'batch-finish:open',
+    () =>
+      tx
+        .select({ n: count() })
+        .from(tasks)
+        .where(openBatchTasks(ph('batchId'))),
+    { batchId },
+  );
   if (Number(open?.n ?? 0) > 0) return;
   await tx
     .update(batches)
