@@ -1,9 +1,10 @@
-import { chmodSync, readdirSync } from 'node:fs';
+import { chmodSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { listGroupMembers } from './fixtures/live-processes.ts';
-import { runProcess, STDIO_DRAIN_MS } from './run-process.ts';
+import { CAPTURE_POLL_MS, runProcess, STDIO_DRAIN_MS } from './run-process.ts';
 
 const FIXTURES = path.join(path.dirname(fileURLToPath(import.meta.url)), 'fixtures');
 const fixture = (name: string) => path.join(FIXTURES, name);
@@ -183,5 +184,69 @@ describe('runProcess', () => {
     strays.push(childPid);
     expect(result).toMatchObject({ ok: true, code: 0, canceled: false });
     expect(Date.now() - started).toBeLessThan(STDIO_DRAIN_MS + 2000);
+  });
+
+  describe('output capture', () => {
+    let dir = '';
+    afterEach(() => {
+      if (dir) rmSync(dir, { recursive: true, force: true });
+      dir = '';
+    });
+
+    it('captures through files that exist only as open descriptors, and hands lines over while it runs', async () => {
+      dir = mkdtempSync(path.join(tmpdir(), 'ffleet-capture-'));
+      const seen: { line: string; at: number }[] = [];
+      let leftBehind = -1;
+      const started = Date.now();
+      const running = runProcess({
+        file: '/bin/sh',
+        args: ['-c', 'echo first; echo err >&2; sleep 1; echo second'],
+        captureDir: dir,
+        onStdoutLine: (line) => {
+          seen.push({ line, at: Date.now() - started });
+          if (line === 'first') leftBehind = readdirSync(dir).length;
+        },
+      });
+      const result = await running;
+      expect(result).toMatchObject({ ok: true, stdoutTail: 'first\nsecond\n', stderrTail: 'err\n' });
+      expect(seen.map((s) => s.line)).toEqual(['first', 'second']);
+      // Read within a poll of being written, i.e. long before the process ended a second later.
+      expect(seen[0]!.at).toBeLessThan(700 + CAPTURE_POLL_MS);
+      expect(leftBehind).toBe(0);
+      expect(readdirSync(dir)).toEqual([]);
+    });
+
+    it('falls back to pipes when no capture file can be made', async () => {
+      const out: string[] = [];
+      const result = await runProcess({
+        file: fixture('ok.sh'),
+        args: ['via pipe'],
+        captureDir: '/nonexistent/ffleet-capture',
+        onStdoutLine: (l) => out.push(l),
+      });
+      expect(result).toMatchObject({ ok: true, stderrTail: 'ok on stderr\n' });
+      expect(out).toEqual(['via pipe']);
+    });
+
+    it('empties a capture file it has read once it is large, and keeps capturing after it', async () => {
+      dir = mkdtempSync(path.join(tmpdir(), 'ffleet-capture-'));
+      const out: string[] = [];
+      // ~120 kB in 2,000 lines over about a second, against a 16 kB limit: emptied several times.
+      const result = await runProcess({
+        file: '/bin/sh',
+        args: [
+          '-c',
+          'i=0; while [ $i -lt 2000 ]; do printf "line %d %050d\\n" $i 0; i=$((i+1)); [ $((i % 400)) -eq 0 ] && sleep 0.3; done; true',
+        ],
+        captureDir: dir,
+        captureTruncateBytes: 16 * 1024,
+        onStdoutLine: (l) => out.push(l),
+      });
+      expect(result.ok).toBe(true);
+      expect(out).toHaveLength(2000);
+      expect(out[0]).toMatch(/^line 0 0+$/);
+      expect(out[1999]).toMatch(/^line 1999 0+$/);
+      expect(out.every((l) => !l.includes('\u0000'))).toBe(true);
+    });
   });
 });

@@ -1,4 +1,8 @@
 import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { closeSync, constants, fstatSync, ftruncateSync, openSync, readSync, unlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { StringDecoder } from 'node:string_decoder';
 import { LineSplitter } from './line-splitter.ts';
@@ -22,6 +26,16 @@ export const DEFAULT_TAIL_BYTES = 16 * 1024;
  */
 export const STDIO_DRAIN_MS = 1000;
 
+/** How often a running process's captured output is read (its lines arrive at most this late). */
+export const CAPTURE_POLL_MS = 250;
+
+/**
+ * A capture file whose output has all been read is emptied once it holds this much, so a process
+ * that prints without end cannot fill the disk. Output written between that last read and the
+ * truncation (microseconds, once per this many bytes) is lost; no ordinary process gets here.
+ */
+export const CAPTURE_TRUNCATE_BYTES = 64 * 1024 * 1024;
+
 export interface RunProcessOptions {
   /** Executable path (or a name looked up on PATH by the OS). */
   file: string;
@@ -35,6 +49,14 @@ export interface RunProcessOptions {
   onStdoutLine?: (line: string) => void;
   onStderrLine?: (line: string) => void;
   tailBytes?: number;
+  /**
+   * Where stdout and stderr are captured (default: the OS temp dir): each goes to an unlinked file
+   * there, read every {@link CAPTURE_POLL_MS} and at exit. `null`: capture through pipes instead
+   * (also the fallback when no file can be made).
+   */
+  captureDir?: string | null;
+  /** See {@link CAPTURE_TRUNCATE_BYTES} (tests set it low). */
+  captureTruncateBytes?: number;
 }
 
 export interface RunProcessResult {
@@ -76,21 +98,49 @@ export function runProcess(options: RunProcessOptions): Promise<RunProcessResult
   }
 
   return new Promise((resolve) => {
-    const child = spawn(options.file, [...options.args], {
-      shell: false,
-      // A process group of its own, so cancel reaches grandchildren (a script's ffmpeg, a shell's sleep).
-      detached: true,
-      env: options.env ?? process.env,
-      cwd: options.cwd,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    const files = openCaptureFiles(options.captureDir === undefined ? tmpdir() : options.captureDir);
+    let child: ReturnType<typeof spawn>;
+    try {
+      child = spawn(options.file, [...options.args], {
+        shell: false,
+        // A process group of its own, so cancel reaches grandchildren (a script's ffmpeg, a shell's sleep).
+        detached: true,
+        env: options.env ?? process.env,
+        cwd: options.cwd,
+        stdio: files ? ['ignore', files[0], files[1]] : ['ignore', 'pipe', 'pipe'],
+      });
+    } catch (err) {
+      // Synchronous spawn failures (e.g. an argument with a NUL byte) are values too.
+      if (files) for (const fd of files) closeSync(fd);
+      resolve({
+        ok: false,
+        code: null,
+        signal: null,
+        stdoutTail: '',
+        stderrTail: '',
+        error: (err as Error).message,
+        canceled: false,
+      });
+      return;
+    }
 
     let canceled = false;
     let settled = false;
     let killTimer: NodeJS.Timeout | undefined;
     let drainTimer: NodeJS.Timeout | undefined;
-    const stdoutLines = attachLines(child.stdout, stdoutTail, options.onStdoutLine);
-    const stderrLines = attachLines(child.stderr, stderrTail, options.onStderrLine);
+    const truncateAt = options.captureTruncateBytes ?? CAPTURE_TRUNCATE_BYTES;
+    const stdoutLines = files
+      ? captureLines(files[0], stdoutTail, options.onStdoutLine, truncateAt)
+      : attachLines(child.stdout, stdoutTail, options.onStdoutLine);
+    const stderrLines = files
+      ? captureLines(files[1], stderrTail, options.onStderrLine, truncateAt)
+      : attachLines(child.stderr, stderrTail, options.onStderrLine);
+    const pollTimer = files
+      ? setInterval(() => {
+          stdoutLines.read();
+          stderrLines.read();
+        }, CAPTURE_POLL_MS)
+      : undefined;
 
     const killGroup = (sig: NodeJS.Signals): void => {
       if (child.pid === undefined) return;
@@ -120,6 +170,7 @@ export function runProcess(options: RunProcessOptions): Promise<RunProcessResult
       settled = true;
       clearTimeout(killTimer);
       clearTimeout(drainTimer);
+      clearInterval(pollTimer);
       signal?.removeEventListener('abort', onAbort);
       // A canceled group must not outlive the step: members that ignored SIGTERM or kept running
       // after the leader exited are killed now.
@@ -141,6 +192,12 @@ export function runProcess(options: RunProcessOptions): Promise<RunProcessResult
       if (child.pid === undefined) finish({ code: null, signal: null, error: err.message });
     });
     child.once('exit', () => {
+      // Captured to files: everything the process wrote is there now (a grandchild still writing to
+      // them holds nobody up).
+      if (files) {
+        finish({ code: child.exitCode, signal: child.signalCode });
+        return;
+      }
       drainTimer = setTimeout(() => {
         child.stdout?.destroy();
         child.stderr?.destroy();
@@ -152,12 +209,104 @@ export function runProcess(options: RunProcessOptions): Promise<RunProcessResult
   });
 }
 
+/** Captured output: `read` takes what arrived so far, `end` the rest and the last line. */
+type Capture = { read: () => void; end: () => void };
+
+let captureSeq = 0;
+
+/**
+ * Two files for a process's stdout and stderr, created in `dir` and unlinked at once (only the open
+ * descriptors keep them), or null when that is not possible (then pipes are used). Opened for
+ * appending: each write of the process lands at the end, also after {@link CAPTURE_TRUNCATE_BYTES}.
+ *
+ * Why files: the process writes into the page cache without waking the agent, which reads a few
+ * times a second, while two pipes cost a socket pair, two stream objects and a wake-up per write.
+ * Measured on a 2-vCPU VM: ~1.8 ms of agent CPU less per process, for a short transcode a tenth of
+ * what the agent spends on the whole task.
+ */
+function openCaptureFiles(dir: string | null): [number, number] | null {
+  if (dir === null) return null;
+  const fds: number[] = [];
+  try {
+    for (let i = 0; i < 2; i++) {
+      const file = join(
+        dir,
+        `.ffleet-capture-${process.pid}-${++captureSeq}-${randomBytes(4).toString('hex')}`,
+      );
+      // Exclusive create: never a file someone else placed there.
+      fds.push(
+        openSync(file, constants.O_RDWR | constants.O_CREAT | constants.O_EXCL | constants.O_APPEND, 0o600),
+      );
+      unlinkSync(file);
+    }
+    return [fds[0]!, fds[1]!];
+  } catch {
+    for (const fd of fds) closeSync(fd);
+    return null;
+  }
+}
+
+/** Read a capture file from where the last read stopped; `end` reads the rest and closes it. */
+function captureLines(
+  fd: number,
+  tail: TailBuffer,
+  onLine: ((line: string) => void) | undefined,
+  truncateAt: number,
+): Capture {
+  const decoder = new StringDecoder('utf8');
+  const splitter = onLine ? new LineSplitter(onLine) : undefined;
+  let pos = 0;
+  let closed = false;
+  const read = () => {
+    if (closed) return;
+    let size: number;
+    try {
+      size = fstatSync(fd).size;
+    } catch {
+      return;
+    }
+    while (pos < size) {
+      const chunk = Buffer.allocUnsafe(Math.min(size - pos, 256 * 1024));
+      let n: number;
+      try {
+        n = readSync(fd, chunk, 0, chunk.length, pos);
+      } catch {
+        return;
+      }
+      if (n <= 0) break;
+      pos += n;
+      const bytes = n === chunk.length ? chunk : chunk.subarray(0, n);
+      tail.push(bytes);
+      splitter?.push(decoder.write(bytes));
+    }
+    if (pos >= truncateAt) {
+      try {
+        ftruncateSync(fd, 0);
+        pos = 0;
+      } catch {
+        // Keep reading from where we are.
+      }
+    }
+  };
+  return {
+    read,
+    end: () => {
+      if (closed) return;
+      read();
+      closed = true;
+      closeSync(fd);
+      splitter?.push(decoder.end());
+      splitter?.end();
+    },
+  };
+}
+
 /** Feed a pipe into a tail buffer and a line callback; returns a handle that flushes the last line. */
 function attachLines(
   stream: Readable | null,
   tail: TailBuffer,
   onLine: ((line: string) => void) | undefined,
-): { end: () => void } {
+): Capture {
   const decoder = new StringDecoder('utf8');
   const splitter = onLine ? new LineSplitter(onLine) : undefined;
   let ended = false;
@@ -166,6 +315,7 @@ function attachLines(
     splitter?.push(decoder.write(chunk));
   });
   return {
+    read: () => {},
     end: () => {
       if (ended) return;
       ended = true;
