@@ -218,7 +218,7 @@ describe('scheduling', () => {
     expect(paused.status).toBe(200);
     expect(paused.body).toMatchObject({ status: 'draining', paused: true });
     const task = await c.api.createTask({ command: ENCODE, inputFile: input, outputFile: out('paused.mp4') });
-    // Longer than the agent's claim poll (2 s) plus a work hint: a claim would have happened by now.
+    // The work hint reached the agent long before this: a claim would have happened by now.
     await new Promise((r) => setTimeout(r, 3_000));
     expect((await c.api.getTask(task.id)).status).toBe('QUEUED');
     expect((await c.api.patch(`/api/v1/agents/${main.name}`, { paused: false })).status).toBe(200);
