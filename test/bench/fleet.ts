@@ -30,7 +30,7 @@ function dispatchRows(d: DispatchResult): void {
   row('(a) dispatch max / >1 s', `${ms(d.max)} / ${d.slow}`);
   row('(a) of which POST → 201', ms(d.postP50));
   row('(a) of which POST → claim seen on SSE', ms(d.claimedP50));
-  row('(a) of which wrapper start (bash)', ms(d.wrapperP50));
+  row(`(a) of which wrapper start (${d.stamp} stamp)`, ms(d.wrapperP50));
   row('(a) CPU per task: control plane / agent', `${ms(d.cpCpuMs)} / ${ms(d.agentCpuMs)}`);
 }
 
