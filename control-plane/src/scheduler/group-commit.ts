@@ -173,7 +173,7 @@ export class GroupCommit {
     let results: unknown[];
     try {
       results = await this.#transact(async (tx, ev) => {
-        const scope = new Scope();
+        const scope = new Scope(this.#ctx.database.singleConnection);
         const out: unknown[] = [];
         for (const j of jobs) out.push(await j.fn(tx, ev, scope));
         await scope.end(tx, ev, this.#ctx.now());
@@ -188,7 +188,7 @@ export class GroupCommit {
         try {
           j.resolve(
             await this.#transact(async (tx, ev) => {
-              const scope = new Scope();
+              const scope = new Scope(this.#ctx.database.singleConnection);
               const r = await j.fn(tx, ev, scope);
               await scope.end(tx, ev, this.#ctx.now());
               return r;
@@ -220,12 +220,19 @@ export class GroupCommit {
 
 class Scope implements GroupScope {
   readonly #batches = new Set<string>();
+  /** The database runs one transaction at a time (see finishBatchIfDone). */
+  readonly #serialized: boolean;
+
+  constructor(serialized: boolean) {
+    this.#serialized = serialized;
+  }
 
   finishBatch(batchId: string): void {
     this.#batches.add(batchId);
   }
 
   async end(tx: Db, ev: EmittedEvents, now: number): Promise<void> {
-    for (const id of [...this.#batches].sort()) await finishBatchIfDone(tx, ev, id, now);
+    for (const id of [...this.#batches].sort())
+      await finishBatchIfDone(tx, ev, id, now, { serialized: this.#serialized });
   }
 }

@@ -1,7 +1,7 @@
 import type { TaskReport } from '@ffleet/shared';
 import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
-import { insertAgent, json, VALID } from '../../../test/api/support.ts';
+import { eventRows, insertAgent, json, VALID } from '../../../test/api/support.ts';
 import { useTestApp } from '../../../test/helpers/app.ts';
 import { claimTasksIn } from './claim.ts';
 import { GroupCommit } from './group-commit.ts';
@@ -104,5 +104,55 @@ describe('reports that carry logs', () => {
     expect(back).toMatchObject({ kind: 'applied', status: 'QUEUED' });
     expect(await handedBack.status()).toBe('QUEUED');
     expect((await handedBack.logs()).map((l) => l.text)).toEqual(['shutting down\n']);
+  });
+});
+
+describe('a batch finished by agent reports', () => {
+  const t = useTestApp();
+
+  // Runs the group-end batch check as the database needs it: the count alone on PGlite (one
+  // transaction at a time), locked and counted on PostgreSQL (CI's second pass).
+  it('is DONE after its last task, with batch.finished exactly once, also when reports share a group', async () => {
+    const batch = await json(
+      await t.call('POST', '/api/v1/batches', { tasks: [VALID.task(), VALID.task(), VALID.task()] }),
+      201,
+    );
+    const agent = await insertAgent(t.db);
+    const group = new GroupCommit(t.ctx);
+    const now = Date.now();
+    const claims = await group.run((tx, ev) =>
+      claimTasksIn(tx, ev, now, { id: agent.id, name: agent.name, capabilities: [] }, 3, 60_000),
+    );
+    expect(claims).toHaveLength(3);
+    const finish = (i: number) => {
+      const c = claims[i]!;
+      return group.run((tx, ev, scope) =>
+        applyReportIn(
+          tx,
+          ev,
+          now,
+          agent.id,
+          {
+            taskId: c.task.id,
+            attempt: c.attempt,
+            leaseToken: c.leaseToken,
+            seq: 0,
+            kind: 'update',
+            patch: { status: 'DONE_SUCCESSFUL', progress: 100, finishedAt: now },
+          } as TaskReport,
+          60_000,
+          (b) => scope.finishBatch(b),
+        ),
+      );
+    };
+    const batchStatus = async () => (await json(await t.call('GET', `/api/v1/batches/${batch.id}`))).status;
+    const finished = async () =>
+      (await eventRows(t.db, 'batch.finished')).filter((e) => e.payload.data.id === batch.id);
+    await finish(0);
+    expect(await batchStatus()).toBe('RUNNING');
+    // The last two in one group: only the second one leaves nothing open.
+    await Promise.all([finish(1), finish(2)]);
+    expect(await batchStatus()).toBe('DONE');
+    expect(await finished()).toHaveLength(1);
   });
 });

@@ -304,37 +304,50 @@ export const openBatchTasks = (batchId: string | Placeholder): SQL | undefined =
 /**
  * `batch.finished` exactly once each time a batch reaches DONE. The batch row lock serialises
  * concurrent finishers; the count runs after the lock, so the last committer sees every task done.
+ * `serialized`: the database runs one transaction at a time (PGlite), so no finisher can run
+ * concurrently and the count alone decides; the batch row is then only read when it says DONE.
  */
 export async function finishBatchIfDone(
   tx: Db,
   ev: EmittedEvents,
   batchId: string,
   now: number,
+  opts: { serialized?: boolean } = {},
 ): Promise<void> {
-  // Both statements run once per finished batch task: built once (statement-cache.ts).
-  const [b] = await runCached<{ status: string }[]>(
-    tx,
-    'batch-finish:lock',
-    () =>
-      tx
-        .select({ status: batches.status })
-        .from(batches)
-        .where(eq(batches.id, ph('batchId')))
-        .for('update'),
-    { batchId },
-  );
-  if (!b || b.status === 'DONE') return;
-  const [open] = await runCached<{ n: number }[]>(
-    tx,
-    'batch-finish:open',
-    () =>
-      tx
-        .select({ n: count() })
-        .from(tasks)
-        .where(openBatchTasks(ph('batchId'))),
-    { batchId },
-  );
+  // These statements run once per finished batch task: built once (statement-cache.ts).
+  const lockBatch = () =>
+    runCached<{ status: string }[]>(
+      tx,
+      'batch-finish:lock',
+      () =>
+        tx
+          .select({ status: batches.status })
+          .from(batches)
+          .where(eq(batches.id, ph('batchId')))
+          .for('update'),
+      { batchId },
+    );
+  const countOpen = () =>
+    runCached<{ n: number }[]>(
+      tx,
+      'batch-finish:open',
+      () =>
+        tx
+          .select({ n: count() })
+          .from(tasks)
+          .where(openBatchTasks(ph('batchId'))),
+      { batchId },
+    );
+  if (!opts.serialized) {
+    const [b] = await lockBatch();
+    if (!b || b.status === 'DONE') return;
+  }
+  const [open] = await countOpen();
   if (Number(open?.n ?? 0) > 0) return;
+  if (opts.serialized) {
+    const [b] = await lockBatch();
+    if (!b || b.status === 'DONE') return;
+  }
   await tx
     .update(batches)
     .set({ status: 'DONE', finishedAt: now, updatedAt: now })
