@@ -1,8 +1,10 @@
 /**
  * bench:fleet (b) and (d): 200 short transcodes through ffleet with 2 agents × 1 slot against the same
- * ffmpeg commands run directly with `xargs -P 2` (direct, ffleet, direct again in one run; the ratio
- * is against the mean of both direct runs because the machine's load drifts), and the agents'
- * resident memory at idle, 5 s after they came online.
+ * ffmpeg commands run directly with `xargs -P 2`, and the agents' resident memory at idle, 5 s after
+ * they came online. One run alternates direct and ffleet, starting and ending with direct
+ * (BENCH_ROUNDS ffleet runs, default 2): each ffleet run is set against the mean of the direct runs
+ * around it, because the machine's speed drifts (on a shared 2-vCPU VM two direct runs a minute apart
+ * differed by up to 10 %), and the ratio is the sum of the ffleet times over the sum of those means.
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { copyFileSync, mkdirSync } from 'node:fs';
@@ -34,11 +36,18 @@ const IDLE_RSS_AFTER_MS = 5_000;
  * up a while; a cold one spends a fifth of its CPU in V8's compilers during the first 200 tasks).
  */
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 4);
+/** ffleet runs, each between two direct runs (see the file comment). */
+const ROUNDS = Math.max(1, Number(process.env.BENCH_ROUNDS ?? 2));
 
 export type ThroughputResult = {
   count: number;
-  directS: [number, number];
-  ffleetS: number;
+  /** Wall seconds of the direct runs, in order (one more than ffleet runs). */
+  directS: number[];
+  /** Wall seconds of the ffleet runs; run i lies between direct runs i and i + 1. */
+  ffleetS: number[];
+  /** Each ffleet run over the mean of the direct runs around it. */
+  ratios: number[];
+  /** All ffleet time over the sum of those means. */
   ratio: number;
   /** Per task: agent busy time (claim → finish) summed, vs 2 × wall. */
   idlePerTaskMs: number;
@@ -207,7 +216,6 @@ export async function benchThroughput(cp: ControlPlane, count: number): Promise<
     await runDirect(inDir, join(cp.dir, 'media', 'warm-direct'), warm);
     await runFfleet(cp, done, inDir, join(cp.dir, 'media', 'warm-ffleet'), warm);
     const ids = Array.from({ length: count }, (_, i) => i);
-    const d1 = await runDirect(inDir, join(cp.dir, 'media', 'direct-1'), ids);
     const sample = () => {
       const split = agents.map((a) => cpuSplitMs(a.pid!));
       const own = process.cpuUsage();
@@ -217,26 +225,44 @@ export async function benchThroughput(cp: ControlPlane, count: number): Promise<
         observer: (own.user + own.system) / 1000,
       };
     };
-    const cpu0 = sample();
-    const f = await runFfleet(cp, done, inDir, join(cp.dir, 'media', 'ffleet'), ids);
-    const cpu1 = sample();
-    const d2 = await runDirect(inDir, join(cp.dir, 'media', 'direct-2'), ids);
+    const directS = [await runDirect(inDir, join(cp.dir, 'media', 'direct-0'), ids)];
+    const ffleetS: number[] = [];
+    const gaps: number[] = [];
+    let busyMs = 0;
+    const cpu = { cp: 0, cpSys: 0, agents: 0, agentsSys: 0, observer: 0 };
+    for (let r = 0; r < ROUNDS; r++) {
+      const c0 = sample();
+      const f = await runFfleet(cp, done, inDir, join(cp.dir, 'media', `ffleet-${r}`), ids);
+      const c1 = sample();
+      ffleetS.push(f.seconds);
+      gaps.push(...f.gaps);
+      busyMs += f.busyMs;
+      cpu.cp += c1.cp.user + c1.cp.sys - c0.cp.user - c0.cp.sys;
+      cpu.cpSys += c1.cp.sys - c0.cp.sys;
+      cpu.agents += c1.agents.user + c1.agents.sys - c0.agents.user - c0.agents.sys;
+      cpu.agentsSys += c1.agents.sys - c0.agents.sys;
+      cpu.observer += c1.observer - c0.observer;
+      directS.push(await runDirect(inDir, join(cp.dir, 'media', `direct-${r + 1}`), ids));
+    }
+    const around = ffleetS.map((_, r) => (directS[r]! + directS[r + 1]!) / 2);
+    const tasks = count * ROUNDS;
     return {
       count,
-      directS: [d1, d2],
-      ffleetS: f.seconds,
-      ratio: f.seconds / ((d1 + d2) / 2),
-      idlePerTaskMs: (2 * f.seconds * 1000 - f.busyMs) / count,
-      gapP50: percentile(f.gaps, 50),
-      gapP95: percentile(f.gaps, 95),
-      gapsOver500: f.gaps.filter((g) => g > 500).length,
+      directS,
+      ffleetS,
+      ratios: ffleetS.map((f, r) => f / around[r]!),
+      ratio: sum(ffleetS) / sum(around),
+      idlePerTaskMs: (2 * sum(ffleetS) * 1000 - busyMs) / tasks,
+      gapP50: percentile(gaps, 50),
+      gapP95: percentile(gaps, 95),
+      gapsOver500: gaps.filter((g) => g > 500).length,
       agentIdleRssMb,
       agentRssAfterMb: Math.max(...agents.map((a) => rssMb(a.pid!))),
-      cpCpuMs: (cpu1.cp.user + cpu1.cp.sys - cpu0.cp.user - cpu0.cp.sys) / count,
-      agentCpuMs: (cpu1.agents.user + cpu1.agents.sys - cpu0.agents.user - cpu0.agents.sys) / count,
-      cpSysMs: (cpu1.cp.sys - cpu0.cp.sys) / count,
-      agentSysMs: (cpu1.agents.sys - cpu0.agents.sys) / count,
-      observerCpuMs: (cpu1.observer - cpu0.observer) / count,
+      cpCpuMs: cpu.cp / tasks,
+      agentCpuMs: cpu.agents / tasks,
+      cpSysMs: cpu.cpSys / tasks,
+      agentSysMs: cpu.agentsSys / tasks,
+      observerCpuMs: cpu.observer / tasks,
     };
   } finally {
     await sse.stop();
