@@ -253,6 +253,20 @@ export function cpuSplitMs(pid: number): { user: number; sys: number } {
   return { user: Number(fields[11]) * 10, sys: Number(fields[12]) * 10 };
 }
 
+/** CPU ms (user + system) of a process's children that it has waited for (/proc: cutime + cstime). */
+export function childCpuMs(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[13]) + Number(fields[14])) * 10;
+}
+
+/** Read and write system calls a process made so far (`/proc/<pid>/io`: syscr, syscw; sockets included). */
+export function syscalls(pid: number): { reads: number; writes: number } {
+  const io = readFileSync(`/proc/${pid}/io`, 'utf8');
+  const field = (name: string) => Number(io.match(new RegExp(`^${name}: (\\d+)$`, 'm'))?.[1] ?? Number.NaN);
+  return { reads: field('syscr'), writes: field('syscw') };
+}
+
 /** "1.23 / 4.56 / 7.89 (N cpus)" */
 export function describeLoad(cpus: number): string {
   return `${loadavg()

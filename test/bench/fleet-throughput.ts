@@ -11,12 +11,14 @@ import { copyFileSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import {
   type ControlPlane,
+  childCpuMs,
   cpuSplitMs,
   percentile,
   postJson,
   sleep,
   startAgent,
   stopProcess,
+  syscalls,
   waitForAgents,
   wallMs,
 } from './bench-cluster.ts';
@@ -65,6 +67,12 @@ export type ThroughputResult = {
   agentSysMs: number;
   /** CPU of this benchmark process per task (it watches the events stream; it competes for the same cores). */
   observerCpuMs: number;
+  /** CPU of the transcoder processes per task (ffmpeg, user + system): run directly, and under the agents. */
+  ffmpegDirectCpuMs: number;
+  ffmpegFfleetCpuMs: number;
+  /** Read / write system calls per task (files and sockets): control plane, both agents together. */
+  cpSyscalls: { reads: number; writes: number };
+  agentSyscalls: { reads: number; writes: number };
 };
 
 function makeClips(dir: string, count: number): void {
@@ -213,8 +221,10 @@ export async function benchThroughput(cp: ControlPlane, count: number): Promise<
     await sleep(IDLE_RSS_AFTER_MS);
     const agentIdleRssMb = Math.max(...agents.map((a) => rssMb(a.pid!)));
     const warm = Array.from({ length: WARMUP }, (_, i) => count + i);
-    await runDirect(inDir, join(cp.dir, 'media', 'warm-direct'), warm);
-    await runFfleet(cp, done, inDir, join(cp.dir, 'media', 'warm-ffleet'), warm);
+    if (warm.length) {
+      await runDirect(inDir, join(cp.dir, 'media', 'warm-direct'), warm);
+      await runFfleet(cp, done, inDir, join(cp.dir, 'media', 'warm-ffleet'), warm);
+    }
     const ids = Array.from({ length: count }, (_, i) => i);
     const sample = () => {
       const split = agents.map((a) => cpuSplitMs(a.pid!));
@@ -223,13 +233,19 @@ export async function benchThroughput(cp: ControlPlane, count: number): Promise<
         cp: cpuSplitMs(cp.child.pid!),
         agents: { user: sum(split.map((c) => c.user)), sys: sum(split.map((c) => c.sys)) },
         observer: (own.user + own.system) / 1000,
+        ffmpeg: sum(agents.map((a) => childCpuMs(a.pid!))),
+        cpIo: syscalls(cp.child.pid!),
+        agentIo: agents.map((a) => syscalls(a.pid!)),
       };
     };
+    let ffmpegDirect = childCpuMs(process.pid);
     const directS = [await runDirect(inDir, join(cp.dir, 'media', 'direct-0'), ids)];
+    let ffmpegFfleet = 0;
     const ffleetS: number[] = [];
     const gaps: number[] = [];
     let busyMs = 0;
     const cpu = { cp: 0, cpSys: 0, agents: 0, agentsSys: 0, observer: 0 };
+    const io = { cpReads: 0, cpWrites: 0, agentReads: 0, agentWrites: 0 };
     for (let r = 0; r < ROUNDS; r++) {
       const c0 = sample();
       const f = await runFfleet(cp, done, inDir, join(cp.dir, 'media', `ffleet-${r}`), ids);
@@ -242,8 +258,14 @@ export async function benchThroughput(cp: ControlPlane, count: number): Promise<
       cpu.agents += c1.agents.user + c1.agents.sys - c0.agents.user - c0.agents.sys;
       cpu.agentsSys += c1.agents.sys - c0.agents.sys;
       cpu.observer += c1.observer - c0.observer;
+      ffmpegFfleet += c1.ffmpeg - c0.ffmpeg;
+      io.cpReads += c1.cpIo.reads - c0.cpIo.reads;
+      io.cpWrites += c1.cpIo.writes - c0.cpIo.writes;
+      io.agentReads += sum(c1.agentIo.map((x, i) => x.reads - c0.agentIo[i]!.reads));
+      io.agentWrites += sum(c1.agentIo.map((x, i) => x.writes - c0.agentIo[i]!.writes));
       directS.push(await runDirect(inDir, join(cp.dir, 'media', `direct-${r + 1}`), ids));
     }
+    ffmpegDirect = childCpuMs(process.pid) - ffmpegDirect;
     const around = ffleetS.map((_, r) => (directS[r]! + directS[r + 1]!) / 2);
     const tasks = count * ROUNDS;
     return {
@@ -263,6 +285,10 @@ export async function benchThroughput(cp: ControlPlane, count: number): Promise<
       cpSysMs: cpu.cpSys / tasks,
       agentSysMs: cpu.agentsSys / tasks,
       observerCpuMs: cpu.observer / tasks,
+      ffmpegDirectCpuMs: ffmpegDirect / (count * (ROUNDS + 1)),
+      ffmpegFfleetCpuMs: ffmpegFfleet / tasks,
+      cpSyscalls: { reads: io.cpReads / tasks, writes: io.cpWrites / tasks },
+      agentSyscalls: { reads: io.agentReads / tasks, writes: io.agentWrites / tasks },
     };
   } finally {
     await sse.stop();

@@ -48,6 +48,15 @@ function throughputRows(t: ThroughputResult): void {
   );
   row('(b) CPU per task of the benchmark watching', ms(t.observerCpuMs));
   row(
+    '(b) ffmpeg CPU per task: direct / through ffleet',
+    `${ms(t.ffmpegDirectCpuMs)} / ${ms(t.ffmpegFfleetCpuMs)}`,
+  );
+  const rw = (x: { reads: number; writes: number }) => `${x.reads.toFixed(1)} / ${x.writes.toFixed(1)}`;
+  row(
+    '(b) read / write syscalls per task: control plane; agents',
+    `${rw(t.cpSyscalls)}; ${rw(t.agentSyscalls)}`,
+  );
+  row(
     '(d) agent RSS idle (5 s after online)',
     `${t.agentIdleRssMb.toFixed(1)} MB`,
     '≤ 80 MB',
