@@ -1,12 +1,15 @@
 // biome-ignore-all lint/suspicious/noTemplateCurlyInString: ${NAME} wildcards are literal request text.
 
 import { randomUUID } from 'node:crypto';
-import { Problem } from '@ffleet/shared';
+import { type ClaimedTask, Problem, type TaskReport } from '@ffleet/shared';
 import { type SQL, sql } from 'drizzle-orm';
 import { expect } from 'vitest';
 import type { Database } from '../../control-plane/src/db/client.ts';
 import { agents } from '../../control-plane/src/db/schema.ts';
-import type { FleetHooks } from '../../control-plane/src/services/context.ts';
+import { claimTasksIn } from '../../control-plane/src/scheduler/claim.ts';
+import { GroupCommit } from '../../control-plane/src/scheduler/group-commit.ts';
+import { applyReportIn } from '../../control-plane/src/scheduler/reports.ts';
+import type { FleetHooks, ServiceContext } from '../../control-plane/src/services/context.ts';
 import type { TestApp } from '../helpers/app.ts';
 import { buildApp } from '../helpers/app.ts';
 
@@ -123,6 +126,35 @@ export async function insertAgent(db: Database, over: Partial<typeof agents.$inf
     })
     .returning();
   return row!;
+}
+
+/** A report's own fields; the task, attempt and lease come from its claim unless given (stale reports). */
+export type ReportFields = Omit<TaskReport, 'taskId' | 'attempt' | 'leaseToken'> & Partial<TaskReport>;
+
+/**
+ * A new agent claims up to `max` queued tasks through a group commit, as the scheduler does; `report`
+ * applies a report of one of those claims in the same group commit (batch checks at the group's end).
+ */
+export async function claimAsNewAgent(t: { db: Database; ctx: ServiceContext }, max: number) {
+  const agent = await insertAgent(t.db);
+  const group = new GroupCommit(t.ctx);
+  const now = Date.now();
+  const claims = await group.run((tx, ev) =>
+    claimTasksIn(tx, ev, now, { id: agent.id, name: agent.name, capabilities: [] }, max, 60_000),
+  );
+  const report = (claim: ClaimedTask, r: ReportFields) =>
+    group.run((tx, ev, scope) =>
+      applyReportIn(
+        tx,
+        ev,
+        now,
+        agent.id,
+        { taskId: claim.task.id, attempt: claim.attempt, leaseToken: claim.leaseToken, ...r } as TaskReport,
+        60_000,
+        (b) => scope.finishBatch(b),
+      ),
+    );
+  return { agent, now, claims, report };
 }
 
 /** Fleet hooks that record their calls (the scheduler is not part of these tests). */

@@ -1,11 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
-import { claimTasksIn } from '../../control-plane/src/scheduler/claim.ts';
 import { GroupCommit } from '../../control-plane/src/scheduler/group-commit.ts';
-import { applyReportIn } from '../../control-plane/src/scheduler/reports.ts';
 import { createWatchTask, createWatchTasksIn } from '../../control-plane/src/scheduler/watch-tasks.ts';
-import { insertAgent, json, VALID } from '../api/support.ts';
+import { claimAsNewAgent, json, type ReportFields, VALID } from '../api/support.ts';
 import { useTestApp } from '../helpers/app.ts';
 
 describe('watch.file batches through the group commit', () => {
@@ -82,23 +80,10 @@ describe('events of a group', () => {
       }),
       201,
     );
-    const agent = await insertAgent(t.db);
-    const group = new GroupCommit(t.ctx);
-    const now = Date.now();
-    const claimed = await group.run((tx, ev) =>
-      claimTasksIn(tx, ev, now, { id: agent.id, name: agent.name, capabilities: [] }, 1, 60_000),
-    );
-    expect(claimed.map((c) => c.task.id)).toEqual([task.id]);
-    const base = {
-      kind: 'update' as const,
-      taskId: task.id as string,
-      attempt: claimed[0]!.attempt,
-      leaseToken: claimed[0]!.leaseToken,
-    };
+    const { now, claims, report: send } = await claimAsNewAgent(t, 1);
+    expect(claims.map((c) => c.task.id)).toEqual([task.id]);
     const report = (seq: number, patch: Record<string, unknown>) =>
-      group.run((tx, ev, scope) =>
-        applyReportIn(tx, ev, now, agent.id, { ...base, seq, patch }, 60_000, (b) => scope.finishBatch(b)),
-      );
+      send(claims[0]!, { kind: 'update', seq, patch } as ReportFields);
     // Queued in the same turn: one group, one transaction, one events statement.
     const outcomes = await Promise.all([
       report(0, { status: 'RUNNING', startedAt: now }),

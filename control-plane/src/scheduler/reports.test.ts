@@ -1,11 +1,7 @@
-import type { TaskReport } from '@ffleet/shared';
 import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
-import { eventRows, insertAgent, json, VALID } from '../../../test/api/support.ts';
+import { claimAsNewAgent, eventRows, json, type ReportFields, VALID } from '../../../test/api/support.ts';
 import { useTestApp } from '../../../test/helpers/app.ts';
-import { claimTasksIn } from './claim.ts';
-import { GroupCommit } from './group-commit.ts';
-import { applyReportIn } from './reports.ts';
 
 describe('reports that carry logs', () => {
   const t = useTestApp();
@@ -13,27 +9,17 @@ describe('reports that carry logs', () => {
   /** A new task claimed by a new agent, and a way to send its reports. */
   async function claimedTask() {
     const task = await json(await t.call('POST', '/api/v1/tasks', VALID.task()), 201);
-    const agent = await insertAgent(t.db);
-    const group = new GroupCommit(t.ctx);
-    const now = Date.now();
-    const [claim] = await group.run((tx, ev) =>
-      claimTasksIn(tx, ev, now, { id: agent.id, name: agent.name, capabilities: [] }, 1, 60_000),
-    );
+    const { claims, report } = await claimAsNewAgent(t, 1);
+    const claim = claims[0];
     expect(claim?.task.id).toBe(task.id);
-    const base = { taskId: task.id as string, attempt: claim!.attempt, leaseToken: claim!.leaseToken };
-    const send = (r: Omit<TaskReport, 'taskId' | 'attempt' | 'leaseToken'> & Partial<TaskReport>) =>
-      group.run((tx, ev, scope) =>
-        applyReportIn(tx, ev, now, agent.id, { ...base, ...r } as TaskReport, 60_000, (b) =>
-          scope.finishBatch(b),
-        ),
-      );
+    const send = (r: ReportFields) => report(claim!, r);
     const logs = () =>
       t.db.rows<{ step: string; text: string; attempt: number }>(
         t.db.db,
         sql`SELECT step, text, attempt FROM task_logs WHERE task_id = ${task.id} ORDER BY id`,
       );
     const status = async () => (await json(await t.call('GET', `/api/v1/tasks/${task.id}`))).status as string;
-    return { base, send, logs, status };
+    return { send, logs, status };
   }
 
   it('stores the lines an update carries, in order after earlier log reports', async () => {
@@ -117,34 +103,14 @@ describe('a batch finished by agent reports', () => {
       await t.call('POST', '/api/v1/batches', { tasks: [VALID.task(), VALID.task(), VALID.task()] }),
       201,
     );
-    const agent = await insertAgent(t.db);
-    const group = new GroupCommit(t.ctx);
-    const now = Date.now();
-    const claims = await group.run((tx, ev) =>
-      claimTasksIn(tx, ev, now, { id: agent.id, name: agent.name, capabilities: [] }, 3, 60_000),
-    );
+    const { now, claims, report } = await claimAsNewAgent(t, 3);
     expect(claims).toHaveLength(3);
-    const finish = (i: number) => {
-      const c = claims[i]!;
-      return group.run((tx, ev, scope) =>
-        applyReportIn(
-          tx,
-          ev,
-          now,
-          agent.id,
-          {
-            taskId: c.task.id,
-            attempt: c.attempt,
-            leaseToken: c.leaseToken,
-            seq: 0,
-            kind: 'update',
-            patch: { status: 'DONE_SUCCESSFUL', progress: 100, finishedAt: now },
-          } as TaskReport,
-          60_000,
-          (b) => scope.finishBatch(b),
-        ),
-      );
-    };
+    const finish = (i: number) =>
+      report(claims[i]!, {
+        seq: 0,
+        kind: 'update',
+        patch: { status: 'DONE_SUCCESSFUL', progress: 100, finishedAt: now },
+      });
     const batchStatus = async () => (await json(await t.call('GET', `/api/v1/batches/${batch.id}`))).status;
     const finished = async () =>
       (await eventRows(t.db, 'batch.finished')).filter((e) => e.payload.data.id === batch.id);
