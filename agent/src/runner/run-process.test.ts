@@ -1,4 +1,4 @@
-import { chmodSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { chmodSync, mkdtempSync, readdirSync, readlinkSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -231,6 +231,21 @@ describe('runProcess', () => {
     it('empties a capture file it has read once it is large, and keeps capturing after it', async () => {
       dir = mkdtempSync(path.join(tmpdir(), 'ffleet-capture-'));
       const out: string[] = [];
+      let largest = 0;
+      /** Size of the capture files this process holds open (unlinked: seen through /proc/self/fd). */
+      const captureFileBytes = () =>
+        Math.max(
+          0,
+          ...readdirSync('/proc/self/fd')
+            .filter((fd) => {
+              try {
+                return readlinkSync(`/proc/self/fd/${fd}`).includes('.ffleet-capture-');
+              } catch {
+                return false;
+              }
+            })
+            .map((fd) => statSync(`/proc/self/fd/${fd}`).size),
+        );
       // ~120 kB in 2,000 lines over about a second, against a 16 kB limit: emptied several times.
       const result = await runProcess({
         file: '/bin/sh',
@@ -240,9 +255,16 @@ describe('runProcess', () => {
         ],
         captureDir: dir,
         captureTruncateBytes: 16 * 1024,
-        onStdoutLine: (l) => out.push(l),
+        onStdoutLine: (l) => {
+          out.push(l);
+          if (out.length % 100 === 0) largest = Math.max(largest, captureFileBytes());
+        },
       });
       expect(result.ok).toBe(true);
+      // Bounded by the limit plus what arrives between two reads (≤ 400 lines, ~25 kB), far below the
+      // ~120 kB written.
+      expect(largest).toBeGreaterThan(0);
+      expect(largest).toBeLessThan(64 * 1024);
       expect(out).toHaveLength(2000);
       expect(out[0]).toMatch(/^line 0 0+$/);
       expect(out[1999]).toMatch(/^line 1999 0+$/);
