@@ -246,18 +246,22 @@ export function cpuMs(pid: number): number {
   return user + sys;
 }
 
-/** A process's user and system CPU time so far (ms, 10 ms ticks). */
-export function cpuSplitMs(pid: number): { user: number; sys: number } {
+/** The fields of `/proc/<pid>/stat` after the command name (field 3, the state, is index 0). */
+function statFields(pid: number): string[] {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return { user: Number(fields[11]) * 10, sys: Number(fields[12]) * 10 };
+  return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
 }
 
-/** CPU ms (user + system) of a process's children that it has waited for (/proc: cutime + cstime). */
+/** A process's user and system CPU time so far (ms, 10 ms ticks). */
+export function cpuSplitMs(pid: number): { user: number; sys: number } {
+  const f = statFields(pid);
+  return { user: Number(f[11]) * 10, sys: Number(f[12]) * 10 };
+}
+
+/** CPU ms (user + system) of a process's children that it has waited for (cutime + cstime). */
 export function childCpuMs(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return (Number(fields[13]) + Number(fields[14])) * 10;
+  const f = statFields(pid);
+  return (Number(f[13]) + Number(f[14])) * 10;
 }
 
 /** Read and write system calls a process made so far (`/proc/<pid>/io`: syscr, syscw; sockets included). */
