@@ -1,5 +1,5 @@
 import type { ClaimedTask } from '@ffleet/shared';
-import { and, asc, eq, inArray, type Placeholder, type SQL, sql } from 'drizzle-orm';
+import { and, asc, eq, inArray, sql } from 'drizzle-orm';
 import type { Db } from '../db/client.ts';
 import { type TaskRow, toTask } from '../db/mappers.ts';
 import { tasks } from '../db/schema.ts';
@@ -7,14 +7,13 @@ import { ph, runCached } from '../db/statement-cache.ts';
 import type { EmittedEvents } from '../events/outbox.ts';
 import { emitTaskUpdated } from '../services/tasks.ts';
 
-/** A literal text[] built from parameters (works the same on postgres-js and PGlite). */
-export const textArray = (values: readonly (string | Placeholder)[]): SQL =>
-  values.length
-    ? sql`ARRAY[${sql.join(
-        values.map((v) => sql`${v}`),
-        sql`, `,
-      )}]::text[]`
-    : sql`'{}'::text[]`;
+/**
+ * A PostgreSQL array literal (`{"a","b\\"c"}`) of text values, bound as ONE text parameter and cast
+ * to text[] in the statement (the same on postgres-js and PGlite, which type JS arrays differently).
+ * Every element is quoted, so commas, braces, spaces, quotes, backslashes and the word NULL stay text.
+ */
+export const textArrayLiteral = (values: readonly string[]): string =>
+  `{${values.map((v) => `"${v.replace(/[\\"]/g, (c) => `\\${c}`)}"`).join(',')}}`;
 
 export type ClaimingAgent = {
   id: string;
@@ -62,7 +61,6 @@ export async function claimTasksIn(
   leaseTtlMs: number,
 ): Promise<ClaimedTask[]> {
   if (max <= 0 || (agent.slots !== undefined && agent.slots <= 0)) return [];
-  const caps = agent.capabilities;
   const values: Record<string, unknown> = {
     max,
     slots: agent.slots ?? 0,
@@ -70,13 +68,15 @@ export async function claimTasksIn(
     agentName: agent.name,
     now,
     leaseExpiresAt: now + leaseTtlMs,
+    // One parameter, not one per capability: an agent with Debian's ffmpeg offers ~230 capabilities
+    // (every encoder), and binding each made a PGlite claim take 4.7 ms instead of 1.6 ms.
+    caps: textArrayLiteral(agent.capabilities),
   };
-  for (const [i, cap] of caps.entries()) values[`cap${i}`] = cap;
   const withSlots = agent.slots !== undefined;
-  // One shape per (slot limit or not, number of capabilities): built once (statement-cache.ts).
+  // One shape per slot limit or not: built once (statement-cache.ts).
   const claimed = await runCached<TaskRow[]>(
     tx,
-    `claim:${withSlots}:${caps.length}`,
+    `claim:${withSlots}`,
     () => {
       const limit = withSlots
         ? sql`GREATEST(0, LEAST(${ph('max')}::int, ${ph('slots')}::int - (SELECT count(*)::int FROM ${tasks} WHERE ${and(
@@ -92,10 +92,7 @@ export async function claimTasksIn(
         // Both the filter's wrapping and NULLS LAST keep the plan on tasks_claim_idx, walked in order and
         // stopped at the first free matching rows (see above).
         .where(
-          and(
-            eq(tasks.status, 'QUEUED'),
-            sql`coalesce(${tasks.requires} <@ ${textArray(caps.map((_, i) => ph(`cap${i}`)))}, false)`,
-          ),
+          and(eq(tasks.status, 'QUEUED'), sql`coalesce(${tasks.requires} <@ ${ph('caps')}::text[], false)`),
         )
         .orderBy(sql`${tasks.priority} DESC NULLS LAST`, asc(tasks.createdAt), asc(tasks.id))
         // drizzle renders an SQL limit as is (the type only admits numbers and placeholders).
