@@ -4,7 +4,7 @@
  * and every child and temp dir is registered so a crash or Ctrl-C still cleans up.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { openTestDatabase, type TestDatabase } from '../helpers/db.ts';
@@ -246,11 +246,14 @@ export function cpuMs(pid: number): number {
   return user + sys;
 }
 
-/** The fields of `/proc/<pid>/stat` after the command name (field 3, the state, is index 0). */
-function statFields(pid: number): string[] {
+/** `/proc/<pid>/stat`: the command name, and the fields after it (field 3, the state, is index 0). */
+function readStat(pid: number | string): { comm: string; fields: string[] } {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  const end = stat.lastIndexOf(')');
+  return { comm: stat.slice(stat.indexOf('(') + 1, end), fields: stat.slice(end + 2).split(' ') };
 }
+
+const statFields = (pid: number): string[] => readStat(pid).fields;
 
 /** A process's user and system CPU time so far (ms, 10 ms ticks). */
 export function cpuSplitMs(pid: number): { user: number; sys: number } {
@@ -262,6 +265,24 @@ export function cpuSplitMs(pid: number): { user: number; sys: number } {
 export function childCpuMs(pid: number): number {
   const f = statFields(pid);
   return (Number(f[13]) + Number(f[14])) * 10;
+}
+
+/**
+ * CPU ms (user + system) of every live process whose command name is `comm` (e.g. all of a PostgreSQL
+ * server's processes: the control plane's backends, the WAL writer, the checkpointer).
+ */
+export function processesCpuMs(comm: string): number {
+  let ms = 0;
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const { comm: name, fields: f } = readStat(entry);
+      if (name === comm) ms += (Number(f[11]) + Number(f[12])) * 10;
+    } catch {
+      // The process ended between readdir and read.
+    }
+  }
+  return ms;
 }
 
 /** Read and write system calls a process made so far (`/proc/<pid>/io`: syscr, syscw; sockets included). */

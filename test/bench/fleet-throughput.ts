@@ -15,6 +15,7 @@ import {
   cpuSplitMs,
   percentile,
   postJson,
+  processesCpuMs,
   sleep,
   startAgent,
   stopProcess,
@@ -67,6 +68,8 @@ export type ThroughputResult = {
   agentSysMs: number;
   /** CPU of this benchmark process per task (it watches the events stream; it competes for the same cores). */
   observerCpuMs: number;
+  /** All PostgreSQL server processes on this machine (the control plane's backends on `postgres`). */
+  pgServerCpuMs: number;
   /** CPU of the transcoder processes per task (ffmpeg, user + system): run directly, and under the agents. */
   ffmpegDirectCpuMs: number;
   ffmpegFfleetCpuMs: number;
@@ -233,6 +236,7 @@ export async function benchThroughput(cp: ControlPlane, count: number): Promise<
         cp: cpuSplitMs(cp.child.pid!),
         agents: { user: sum(split.map((c) => c.user)), sys: sum(split.map((c) => c.sys)) },
         observer: (own.user + own.system) / 1000,
+        pgServer: processesCpuMs('postgres'),
         ffmpeg: sum(agents.map((a) => childCpuMs(a.pid!))),
         cpIo: syscalls(cp.child.pid!),
         agentIo: agents.map((a) => syscalls(a.pid!)),
@@ -244,7 +248,7 @@ export async function benchThroughput(cp: ControlPlane, count: number): Promise<
     const ffleetS: number[] = [];
     const gaps: number[] = [];
     let busyMs = 0;
-    const cpu = { cp: 0, cpSys: 0, agents: 0, agentsSys: 0, observer: 0 };
+    const cpu = { cp: 0, cpSys: 0, agents: 0, agentsSys: 0, observer: 0, pgServer: 0 };
     const io = { cpReads: 0, cpWrites: 0, agentReads: 0, agentWrites: 0 };
     for (let r = 0; r < ROUNDS; r++) {
       const c0 = sample();
@@ -258,6 +262,7 @@ export async function benchThroughput(cp: ControlPlane, count: number): Promise<
       cpu.agents += c1.agents.user + c1.agents.sys - c0.agents.user - c0.agents.sys;
       cpu.agentsSys += c1.agents.sys - c0.agents.sys;
       cpu.observer += c1.observer - c0.observer;
+      cpu.pgServer += c1.pgServer - c0.pgServer;
       ffmpegFfleet += c1.ffmpeg - c0.ffmpeg;
       io.cpReads += c1.cpIo.reads - c0.cpIo.reads;
       io.cpWrites += c1.cpIo.writes - c0.cpIo.writes;
@@ -285,6 +290,7 @@ export async function benchThroughput(cp: ControlPlane, count: number): Promise<
       cpSysMs: cpu.cpSys / tasks,
       agentSysMs: cpu.agentsSys / tasks,
       observerCpuMs: cpu.observer / tasks,
+      pgServerCpuMs: cpu.pgServer / tasks,
       ffmpegDirectCpuMs: ffmpegDirect / (count * (ROUNDS + 1)),
       ffmpegFfleetCpuMs: ffmpegFfleet / tasks,
       cpSyscalls: { reads: io.cpReads / tasks, writes: io.cpWrites / tasks },

@@ -1,9 +1,10 @@
 // npm run bench:fleet — numbers, not a test: prints a table (targets from the issue), exits 0 unless a
 // part could not run. BENCH_PARTS=a,b,c,d picks parts; sizes: BENCH_DISPATCH, BENCH_TRANSCODES, BENCH_WARMUP,
-// BENCH_ROUNDS, BENCH_SIM_AGENTS, BENCH_SIM_TASKS, BENCH_SIM_WINDOW_MS; BENCH_STAMP=bash for (a)'s old stamp.
+// BENCH_ROUNDS, BENCH_SIM_AGENTS, BENCH_SIM_TASKS, BENCH_SIM_WINDOW_MS; BENCH_STAMP=bash for (a)'s old stamp;
+// backends of (b)/(d) and (c): BENCH_THROUGHPUT_DB, BENCH_SIM_DB (default pglite,postgres).
 import { cpus } from 'node:os';
 import { postgresAvailable } from '../helpers/db.ts';
-import { cleanUpNow, describeLoad, startControlPlane } from './bench-cluster.ts';
+import { type ControlPlane, cleanUpNow, describeLoad, startControlPlane } from './bench-cluster.ts';
 import { benchDispatch, type DispatchResult } from './fleet-dispatch.ts';
 import { benchSimAgents, type SimResult } from './fleet-sim.ts';
 import { benchThroughput, type ThroughputResult } from './fleet-throughput.ts';
@@ -14,14 +15,18 @@ const TRANSCODES = Number(process.env.BENCH_TRANSCODES ?? 200);
 const SIM_AGENTS = Number(process.env.BENCH_SIM_AGENTS ?? 500);
 const SIM_TASKS = Number(process.env.BENCH_SIM_TASKS ?? 8000);
 const SIM_WINDOW_MS = Number(process.env.BENCH_SIM_WINDOW_MS ?? 20_000);
+type Backend = 'pglite' | 'postgres';
 /** Part (c) runs on each of these backends (postgres only when the test server answers). */
-const SIM_DBS = (process.env.BENCH_SIM_DB ?? 'pglite,postgres').split(',') as ('pglite' | 'postgres')[];
+const SIM_DBS = (process.env.BENCH_SIM_DB ?? 'pglite,postgres').split(',') as Backend[];
+/** The same for parts (b) and (d). */
+const THROUGHPUT_DBS = (process.env.BENCH_THROUGHPUT_DB ?? 'pglite,postgres').split(',') as Backend[];
 const CPUS = cpus().length;
 
 type Row = { metric: string; value: string; target: string; ok: boolean | null };
 const rows: Row[] = [];
-const row = (metric: string, value: string, target = '', ok: boolean | null = null) =>
+const addRow = (metric: string, value: string, target = '', ok: boolean | null = null) =>
   rows.push({ metric, value, target, ok });
+const row = addRow;
 const ms = (n: number) => `${n.toFixed(1)} ms`;
 
 function dispatchRows(d: DispatchResult): void {
@@ -34,7 +39,9 @@ function dispatchRows(d: DispatchResult): void {
   row('(a) CPU per task: control plane / agent', `${ms(d.cpCpuMs)} / ${ms(d.agentCpuMs)}`);
 }
 
-function throughputRows(t: ThroughputResult): void {
+function throughputRows(t: ThroughputResult, db: string): void {
+  const row = (metric: string, value: string, target?: string, ok?: boolean | null) =>
+    addRow(metric.replace(/^\((.)\)/, `($1) ${db}:`), value, target, ok);
   const secs = (xs: number[]) => xs.map((x) => `${x.toFixed(2)} s`).join(', ');
   row(`(b) ${t.count} transcodes direct xargs -P 2`, secs(t.directS));
   row('(b) same through ffleet (2 agents × 1)', secs(t.ffleetS));
@@ -47,6 +54,7 @@ function throughputRows(t: ThroughputResult): void {
     `${ms(t.cpCpuMs)} / ${ms(t.agentCpuMs)} (system ${ms(t.cpSysMs)} / ${ms(t.agentSysMs)})`,
   );
   row('(b) CPU per task of the benchmark watching', ms(t.observerCpuMs));
+  row('(b) CPU per task of the PostgreSQL server (all its processes)', ms(t.pgServerCpuMs));
   row(
     '(b) ffmpeg CPU per task: direct / through ffleet',
     `${ms(t.ffmpegDirectCpuMs)} / ${ms(t.ffmpegFfleetCpuMs)}`,
@@ -95,6 +103,26 @@ function printTable(): void {
   }
 }
 
+/** Run a part on a fresh control plane per backend; postgres only when the test server answers. */
+async function onEachBackend(
+  part: string,
+  dbs: readonly Backend[],
+  run: (cp: ControlPlane, db: Backend) => Promise<void>,
+): Promise<void> {
+  for (const db of dbs) {
+    if (db === 'postgres' && !(await postgresAvailable())) {
+      row(`${part} on postgres`, 'skipped: test server not reachable');
+      continue;
+    }
+    const cp = await startControlPlane({}, db);
+    try {
+      await run(cp, db);
+    } finally {
+      await cp.stop();
+    }
+  }
+}
+
 let failed = false;
 try {
   console.log(`bench:fleet on ${CPUS} CPUs, load ${describeLoad(CPUS)}`);
@@ -108,39 +136,27 @@ try {
     }
   }
   if (PARTS.has('b') || PARTS.has('d')) {
-    const cp = await startControlPlane();
-    try {
+    await onEachBackend('(b)', THROUGHPUT_DBS, async (cp, db) => {
       console.log(
-        `-- (b)+(d) ${TRANSCODES} transcodes, 2 agents × 1 slot vs xargs -P 2 (load ${describeLoad(CPUS)})`,
+        `-- (b)+(d) on ${db}: ${TRANSCODES} transcodes, 2 agents × 1 slot vs xargs -P 2 (load ${describeLoad(CPUS)})`,
       );
-      throughputRows(await benchThroughput(cp, TRANSCODES));
-    } finally {
-      await cp.stop();
-    }
+      throughputRows(await benchThroughput(cp, TRANSCODES), db);
+    });
   }
   if (PARTS.has('c')) {
-    for (const db of SIM_DBS) {
-      if (db === 'postgres' && !(await postgresAvailable())) {
-        row('(c) on postgres', 'skipped: test server not reachable');
-        continue;
-      }
-      const cp = await startControlPlane({}, db);
-      try {
-        console.log(
-          `-- (c) ${SIM_AGENTS} simulated agents on ${db}, ${SIM_TASKS} no-op tasks (load ${describeLoad(CPUS)})`,
-        );
-        const r = await benchSimAgents(cp, {
-          agents: SIM_AGENTS,
-          tasks: SIM_TASKS,
-          warmupCycles: SIM_AGENTS,
-          warmupMaxMs: 120_000,
-          windowMs: SIM_WINDOW_MS,
-        });
-        simRows(r, db);
-      } finally {
-        await cp.stop();
-      }
-    }
+    await onEachBackend('(c)', SIM_DBS, async (cp, db) => {
+      console.log(
+        `-- (c) ${SIM_AGENTS} simulated agents on ${db}, ${SIM_TASKS} no-op tasks (load ${describeLoad(CPUS)})`,
+      );
+      const r = await benchSimAgents(cp, {
+        agents: SIM_AGENTS,
+        tasks: SIM_TASKS,
+        warmupCycles: SIM_AGENTS,
+        warmupMaxMs: 120_000,
+        windowMs: SIM_WINDOW_MS,
+      });
+      simRows(r, db);
+    });
   }
 } catch (err) {
   failed = true;
