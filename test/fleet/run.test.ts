@@ -211,6 +211,27 @@ describe('scheduling', () => {
     }
   });
 
+  it('claims with the labels a PATCH gave the agent, not the ones it had before', async () => {
+    const task = await c.api.createTask({
+      command: ENCODE,
+      inputFile: input,
+      outputFile: out('relabeled.mp4'),
+      requires: ['relabeled'],
+    });
+    // The agent has claimed (and so built its capability list) many times in this file by now.
+    await new Promise((r) => setTimeout(r, 1_500));
+    expect((await c.api.getTask(task.id)).status).toBe('QUEUED');
+    const before = (await c.api.getAgent(main.name))!.labels;
+    const patched = await c.api.patch(`/api/v1/agents/${main.name}`, { labels: [...before, 'relabeled'] });
+    expect(patched.status).toBe(200);
+    try {
+      const done = await c.api.waitForTask(task.id);
+      expect(done).toMatchObject({ status: 'DONE_SUCCESSFUL', agent: { name: main.name } });
+    } finally {
+      expect((await c.api.patch(`/api/v1/agents/${main.name}`, { labels: before })).status).toBe(200);
+    }
+  });
+
   it('gives a paused agent no new work until it is resumed', async () => {
     const paused = await c.api.patch<{ status: string; paused: boolean }>(`/api/v1/agents/${main.name}`, {
       paused: true,

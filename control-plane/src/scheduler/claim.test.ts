@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { insertAgent, json, VALID } from '../../../test/api/support.ts';
 import { useTestApp } from '../../../test/helpers/app.ts';
 import { postgresAvailable } from '../../../test/helpers/db.ts';
-import { claimTasksIn, textArrayLiteral } from './claim.ts';
+import { agentCapabilities, claimTasksIn, textArrayLiteral } from './claim.ts';
 import { GroupCommit } from './group-commit.ts';
 
 const PG = await postgresAvailable();
@@ -53,7 +53,9 @@ describe.each([
       // As many capabilities as an agent with Debian's ffmpeg offers (one per encoder).
       const encoders = [...Array.from({ length: 230 }, (_, i) => `enc${i}`), ...HOSTILE];
       const agent = await insertAgent(t.db, { encoders });
-      const caps = [...encoders.map((e) => `encoder:${e}`), `agent:${agent.name}`];
+      // The list the fleet makes of an agent row (labels, encoder:…, hwaccel:…, agent:…, os:…, arch:…).
+      const caps = agentCapabilities({ ...agent, labels: agent.reportedLabels });
+      expect(caps).toHaveLength(encoders.length + 4);
       const post = async (requires: string[]) =>
         (
           await json<{ id: string }>(

@@ -21,7 +21,7 @@ import {
   recordBirth,
   touchAgent,
 } from './agent-registry.ts';
-import { agentCapabilities, claimTasksIn } from './claim.ts';
+import { agentCapabilities, type ClaimingAgent, claimTasksIn } from './claim.ts';
 import { GroupCommit } from './group-commit.ts';
 import {
   extendRunningLeases,
@@ -93,6 +93,11 @@ export class Fleet implements FleetHooks {
    * trusted (an offline agent may have been deleted or changed by the API meanwhile).
    */
   readonly #agents = new Map<string, AgentRow>();
+  /**
+   * What a claim needs of an agent row, made once per row (a changed agent is a new row): the
+   * capability list is ~230 strings with Debian's ffmpeg, and claim.ts keeps its bound form per list.
+   */
+  readonly #claimingOf = new WeakMap<AgentRow, ClaimingAgent>();
   /** When each agent was last heard (MQTT receipt), written to `last_seen` once per sweep. */
   readonly #heard = new Map<string, number>();
   /** Agents that reported a watchfolder path unreadable: wfId → agent ids. */
@@ -293,12 +298,7 @@ export class Fleet implements FleetHooks {
     if (!agent) return;
     switch (req.type) {
       case 'claim': {
-        const claiming = {
-          id: agent.id,
-          name: agent.name,
-          capabilities: agentCapabilities({ ...agent, labels: effectiveLabels(agent) }),
-          slots: effectiveSlots(agent),
-        };
+        const claiming = this.#claiming(agent);
         const claim = () =>
           this.#group.run(
             (tx, ev) => claimTasksIn(tx, ev, this.#ctx.now(), claiming, req.max, this.#o.leaseTtlMs),
@@ -460,6 +460,20 @@ export class Fleet implements FleetHooks {
    */
   #mayClaim(agent: AgentRow): boolean {
     return !agent.paused && agent.online && !!agent.transcoder;
+  }
+
+  #claiming(agent: AgentRow): ClaimingAgent {
+    let c = this.#claimingOf.get(agent);
+    if (!c) {
+      c = {
+        id: agent.id,
+        name: agent.name,
+        capabilities: agentCapabilities({ ...agent, labels: effectiveLabels(agent) }),
+        slots: effectiveSlots(agent),
+      };
+      this.#claimingOf.set(agent, c);
+    }
+    return c;
   }
 
   /** The agent's row: from the cache while it is online, else read (and cached). */
