@@ -4,7 +4,7 @@
  * and every child and temp dir is registered so a crash or Ctrl-C still cleans up.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { openTestDatabase, type TestDatabase } from '../helpers/db.ts';
@@ -238,58 +238,6 @@ export async function getJson<T>(url: string): Promise<T> {
   const text = await r.text();
   if (!r.ok) throw new Error(`GET ${url} → ${r.status}: ${text}`);
   return JSON.parse(text) as T;
-}
-
-/** User + system CPU time of a process in ms (from /proc/<pid>/stat; clock ticks are 100 Hz on Linux). */
-export function cpuMs(pid: number): number {
-  const { user, sys } = cpuSplitMs(pid);
-  return user + sys;
-}
-
-/** `/proc/<pid>/stat`: the command name, and the fields after it (field 3, the state, is index 0). */
-function readStat(pid: number | string): { comm: string; fields: string[] } {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  const end = stat.lastIndexOf(')');
-  return { comm: stat.slice(stat.indexOf('(') + 1, end), fields: stat.slice(end + 2).split(' ') };
-}
-
-const statFields = (pid: number): string[] => readStat(pid).fields;
-
-/** A process's user and system CPU time so far (ms, 10 ms ticks). */
-export function cpuSplitMs(pid: number): { user: number; sys: number } {
-  const f = statFields(pid);
-  return { user: Number(f[11]) * 10, sys: Number(f[12]) * 10 };
-}
-
-/** CPU ms (user + system) of a process's children that it has waited for (cutime + cstime). */
-export function childCpuMs(pid: number): number {
-  const f = statFields(pid);
-  return (Number(f[13]) + Number(f[14])) * 10;
-}
-
-/**
- * CPU ms (user + system) of every live process whose command name is `comm` (e.g. all of a PostgreSQL
- * server's processes: the control plane's backends, the WAL writer, the checkpointer).
- */
-export function processesCpuMs(comm: string): number {
-  let ms = 0;
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const { comm: name, fields: f } = readStat(entry);
-      if (name === comm) ms += (Number(f[11]) + Number(f[12])) * 10;
-    } catch {
-      // The process ended between readdir and read.
-    }
-  }
-  return ms;
-}
-
-/** Read and write system calls a process made so far (`/proc/<pid>/io`: syscr, syscw; sockets included). */
-export function syscalls(pid: number): { reads: number; writes: number } {
-  const io = readFileSync(`/proc/${pid}/io`, 'utf8');
-  const field = (name: string) => Number(io.match(new RegExp(`^${name}: (\\d+)$`, 'm'))?.[1] ?? Number.NaN);
-  return { reads: field('syscr'), writes: field('syscw') };
 }
 
 /** "1.23 / 4.56 / 7.89 (N cpus)" */

@@ -16,7 +16,6 @@ import { chmodSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import {
   type ControlPlane,
-  cpuMs,
   percentile,
   postJson,
   sleep,
@@ -25,6 +24,7 @@ import {
   waitForAgents,
   wallMs,
 } from './bench-cluster.ts';
+import { cpuMs } from './harness.ts';
 import { SseClient } from './sse-client.ts';
 
 /** Settle time after a task finished (the agent's follow-up claim takes a few ms). */

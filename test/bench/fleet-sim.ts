@@ -3,8 +3,8 @@
  * plane's embedded broker. Reports cycles/s over a window after a warm-up, the control plane's
  * resident memory (peak sampled every 250 ms) and its CPU per cycle.
  */
-import { type ControlPlane, cpuMs, percentile, postJson, sleep } from './bench-cluster.ts';
-import { rssMb } from './harness.ts';
+import { type ControlPlane, percentile, postJson, sleep } from './bench-cluster.ts';
+import { cpuMs, rssMb } from './harness.ts';
 import { SimFleet } from './sim-agents.ts';
 
 const BATCH = 1000;

@@ -11,19 +11,15 @@ import { copyFileSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import {
   type ControlPlane,
-  childCpuMs,
-  cpuSplitMs,
   percentile,
   postJson,
-  processesCpuMs,
   sleep,
   startAgent,
   stopProcess,
-  syscalls,
   waitForAgents,
   wallMs,
 } from './bench-cluster.ts';
-import { rssMb } from './harness.ts';
+import { childCpuMs, cpuSplitMs, processesCpuMs, rssMb, syscalls } from './harness.ts';
 import { SseClient } from './sse-client.ts';
 
 const FFMPEG = '/usr/bin/ffmpeg';

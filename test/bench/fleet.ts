@@ -54,7 +54,8 @@ function throughputRows(t: ThroughputResult, db: string): void {
     `${ms(t.cpCpuMs)} / ${ms(t.agentCpuMs)} (system ${ms(t.cpSysMs)} / ${ms(t.agentSysMs)})`,
   );
   row('(b) CPU per task of the benchmark watching', ms(t.observerCpuMs));
-  row('(b) CPU per task of the PostgreSQL server (all its processes)', ms(t.pgServerCpuMs));
+  if (db === 'postgres')
+    row('(b) CPU per task of the PostgreSQL server (all its processes)', ms(t.pgServerCpuMs));
   row(
     '(b) ffmpeg CPU per task: direct / through ffleet',
     `${ms(t.ffmpegDirectCpuMs)} / ${ms(t.ffmpegFfleetCpuMs)}`,

@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -223,4 +223,58 @@ export async function stopChild(child: ChildProcess): Promise<void> {
 export function rssMb(pid: number): number {
   const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
   return m ? Number(m[1]) / 1024 : Number.NaN;
+}
+
+/** `/proc/<pid>/stat`: the command name, and the fields after it (field 3, the state, is index 0). */
+function readStat(pid: number | string): { comm: string; fields: string[] } {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const end = stat.lastIndexOf(')');
+  return { comm: stat.slice(stat.indexOf('(') + 1, end), fields: stat.slice(end + 2).split(' ') };
+}
+
+/** utime and stime of stat fields in ms (clock ticks are 100 Hz on Linux). */
+const splitOf = (f: string[]) => ({ user: Number(f[11]) * 10, sys: Number(f[12]) * 10 });
+
+/** A process's user and system CPU time so far (ms, 10 ms ticks). */
+export function cpuSplitMs(pid: number): { user: number; sys: number } {
+  return splitOf(readStat(pid).fields);
+}
+
+/** User + system CPU time of a process in ms (from /proc/<pid>/stat). */
+export function cpuMs(pid: number): number {
+  const { user, sys } = cpuSplitMs(pid);
+  return user + sys;
+}
+
+/** CPU ms (user + system) of a process's children that it has waited for (cutime + cstime). */
+export function childCpuMs(pid: number): number {
+  const f = readStat(pid).fields;
+  return (Number(f[13]) + Number(f[14])) * 10;
+}
+
+/**
+ * CPU ms (user + system) of every live process whose command name is `comm` (e.g. all of a PostgreSQL
+ * server's processes: the control plane's backends, the WAL writer, the checkpointer).
+ */
+export function processesCpuMs(comm: string): number {
+  let ms = 0;
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const { comm: name, fields } = readStat(entry);
+      if (name !== comm) continue;
+      const { user, sys } = splitOf(fields);
+      ms += user + sys;
+    } catch {
+      // The process ended between readdir and read.
+    }
+  }
+  return ms;
+}
+
+/** Read and write system calls a process made so far (`/proc/<pid>/io`: syscr, syscw; sockets included). */
+export function syscalls(pid: number): { reads: number; writes: number } {
+  const io = readFileSync(`/proc/${pid}/io`, 'utf8');
+  const field = (name: string) => Number(io.match(new RegExp(`^${name}: (\\d+)$`, 'm'))?.[1] ?? Number.NaN);
+  return { reads: field('syscr'), writes: field('syscw') };
 }

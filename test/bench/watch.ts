@@ -12,7 +12,6 @@ import { pathToFileURL } from 'node:url';
 import {
   type ControlPlane,
   cleanUpNow,
-  cpuMs,
   describeLoad,
   getJson,
   percentile,
@@ -24,7 +23,7 @@ import {
   waitForAgents,
   wallMs,
 } from './bench-cluster.ts';
-import { ROOT, rssMb } from './harness.ts';
+import { cpuMs, ROOT, rssMb } from './harness.ts';
 import { SseClient } from './sse-client.ts';
 
 const FILES = Number(process.env.BENCH_WATCH_FILES ?? 10_000);

@@ -3,7 +3,6 @@
 
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { readFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { type SQL, sql } from 'drizzle-orm';
@@ -18,7 +17,7 @@ import {
 } from '../../control-plane/src/webhooks/delivery-dispatcher.ts';
 import { sendWebhook } from '../../control-plane/src/webhooks/send-webhook.ts';
 import { openTestDatabase } from '../helpers/db.ts';
-import { pct } from './harness.ts';
+import { pct, cpuMs as processCpuMs } from './harness.ts';
 
 /** Benchmark knobs (BENCH_WEBHOOK_*), read here only: they are not build inputs. */
 const env = process.env;
@@ -95,24 +94,18 @@ async function startReceiver() {
 
 type Receiver = Awaited<ReturnType<typeof startReceiver>>;
 
-/** utime + stime of a process in ms, from /proc/<pid>/stat (Linux; null elsewhere or once it exited). */
-function procCpuMs(pid: string | number): { comm: string; ms: number } | null {
+/** CPU ms of a process so far; 0 once it exited (or off Linux). */
+function procCpuMs(pid: number): number {
   try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    // USER_HZ is 100 on Linux.
-    return {
-      comm: stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')),
-      ms: (Number(f[11]) + Number(f[12])) * 10,
-    };
+    return processCpuMs(pid);
   } catch {
-    return null;
+    return 0;
   }
 }
 
 /** CPU ms of the given PostgreSQL backends (this benchmark's connections; other databases' load excluded). */
 function postgresCpuMs(pids: number[]): number {
-  return pids.reduce((ms, pid) => ms + (procCpuMs(pid)?.ms ?? 0), 0);
+  return pids.reduce((ms, pid) => ms + procCpuMs(pid), 0);
 }
 
 const cpuMs = (u: NodeJS.CpuUsage) => (u.user + u.system) / 1000;
@@ -148,7 +141,7 @@ function countStatements(database: Database) {
 
 /** Cost of one phase: CPU of this process (the dispatcher), the load, the receiver, PostgreSQL; statements. */
 async function measure(database: Database, receiver: Receiver, load: Load) {
-  const loadMs = () => procCpuMs(load.pid)?.ms ?? 0;
+  const loadMs = () => procCpuMs(load.pid);
   // Every backend serving this benchmark's database (the pools keep their connections open).
   const backends = (
     await database.rows<{ pid: number }>(
