@@ -48,7 +48,7 @@ function throughputRows(t: ThroughputResult, db: string): void {
   row('(b) ratio of each ffleet run / direct around it', t.ratios.map((r) => r.toFixed(3)).join(', '));
   row('(b) ratio ffleet / direct (all runs)', t.ratio.toFixed(3), '≤ 1.10', t.ratio <= 1.1);
   row('(b) agent idle time per task', ms(t.idlePerTaskMs));
-  row('(b) DONE → next claim p50 / p95 / >500 ms', `${ms(t.gapP50)} / ${ms(t.gapP95)} / ${t.gapsOver500}`);
+  row('(b) finish → next claim p50 / p95 / >500 ms', `${ms(t.gapP50)} / ${ms(t.gapP95)} / ${t.gapsOver500}`);
   row(
     '(b) CPU per task: control plane / agent',
     `${ms(t.cpCpuMs)} / ${ms(t.agentCpuMs)} (system ${ms(t.cpSysMs)} / ${ms(t.agentSysMs)})`,

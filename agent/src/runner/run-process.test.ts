@@ -1,10 +1,18 @@
-import { chmodSync, mkdtempSync, readdirSync, readlinkSync, rmSync, statSync } from 'node:fs';
+import { chmodSync, mkdtempSync, readdirSync, readlinkSync, rmSync, statfsSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { listGroupMembers } from './fixtures/live-processes.ts';
-import { CAPTURE_POLL_MS, runProcess, STDIO_DRAIN_MS } from './run-process.ts';
+import {
+  CAPTURE_POLL_MS,
+  CAPTURE_TRUNCATE_BYTES,
+  CAPTURE_TRUNCATE_BYTES_TMPFS,
+  defaultCaptureTarget,
+  isWritableTmpfs,
+  runProcess,
+  STDIO_DRAIN_MS,
+} from './run-process.ts';
 
 const FIXTURES = path.join(path.dirname(fileURLToPath(import.meta.url)), 'fixtures');
 const fixture = (name: string) => path.join(FIXTURES, name);
@@ -214,6 +222,47 @@ describe('runProcess', () => {
       expect(seen[0]!.at).toBeLessThan(700 + CAPTURE_POLL_MS);
       expect(leftBehind).toBe(0);
       expect(readdirSync(dir)).toEqual([]);
+    });
+
+    it('tells a writable tmpfs from a disk directory, a missing one and a file', () => {
+      dir = mkdtempSync(path.join(tmpdir(), 'ffleet-capture-'));
+      const onDisk = statfsSync(dir).type !== 0x01021994;
+      expect(isWritableTmpfs(dir)).toBe(!onDisk);
+      expect(isWritableTmpfs('/nonexistent/ffleet-capture')).toBe(false);
+      expect(isWritableTmpfs('/proc')).toBe(false);
+      if (statfsSync('/dev/shm').type === 0x01021994) {
+        expect(isWritableTmpfs('/dev/shm')).toBe(true);
+      }
+    });
+
+    it('captures by default on a tmpfs when there is one, with the lower limit there', async () => {
+      const target = defaultCaptureTarget();
+      const inMemory = isWritableTmpfs(target.dir);
+      expect(target.truncateAt).toBe(inMemory ? CAPTURE_TRUNCATE_BYTES_TMPFS : CAPTURE_TRUNCATE_BYTES);
+      if (isWritableTmpfs('/dev/shm')) expect(inMemory).toBe(true);
+      else expect(target.dir).toBe(tmpdir());
+      let heldIn: string[] = [];
+      const result = await runProcess({
+        file: '/bin/sh',
+        args: ['-c', 'echo started; sleep 0.5; echo done'],
+        onStdoutLine: (line) => {
+          if (line !== 'started') return;
+          heldIn = readdirSync('/proc/self/fd').flatMap((fd) => {
+            try {
+              const link = readlinkSync(`/proc/self/fd/${fd}`);
+              return link.includes('.ffleet-capture-') ? [link] : [];
+            } catch {
+              return [];
+            }
+          });
+        },
+      });
+      expect(result).toMatchObject({ ok: true, stdoutTail: 'started\ndone\n' });
+      expect(heldIn).toHaveLength(2);
+      for (const link of heldIn) {
+        expect(path.dirname(link)).toBe(target.dir);
+        expect(link).toMatch(/ \(deleted\)$/);
+      }
     });
 
     it('falls back to pipes when no capture file can be made', async () => {

@@ -1,6 +1,16 @@
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { closeSync, constants, fstatSync, ftruncateSync, openSync, readSync, unlinkSync } from 'node:fs';
+import {
+  accessSync,
+  closeSync,
+  constants,
+  fstatSync,
+  ftruncateSync,
+  openSync,
+  readSync,
+  statfsSync,
+  unlinkSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
@@ -36,6 +46,41 @@ export const CAPTURE_POLL_MS = 250;
  */
 export const CAPTURE_TRUNCATE_BYTES = 64 * 1024 * 1024;
 
+/** The limit of {@link CAPTURE_TRUNCATE_BYTES} for capture files in memory (tmpfs). */
+export const CAPTURE_TRUNCATE_BYTES_TMPFS = 8 * 1024 * 1024;
+
+/** `f_type` of a tmpfs in statfs(2). */
+const TMPFS_MAGIC = 0x01021994;
+
+/** True when `dir` is a directory on a tmpfs this process can create files in. */
+export function isWritableTmpfs(dir: string): boolean {
+  try {
+    if (statfsSync(dir).type !== TMPFS_MAGIC) return false;
+    accessSync(dir, constants.W_OK | constants.X_OK);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+let defaultCapture: { dir: string; truncateAt: number } | undefined;
+
+/**
+ * Where output is captured when the caller does not say: the OS temp dir when it is a tmpfs, else
+ * `/dev/shm` when that is a writable tmpfs, else the OS temp dir on disk. Creating and unlinking two
+ * files per process on ext4 costs ~1 ms of kernel time in inode allocation (perf, 2-vCPU VM); on a
+ * tmpfs it is a few microseconds. Files in memory are emptied at a lower size.
+ */
+export function defaultCaptureTarget(): { dir: string; truncateAt: number } {
+  if (!defaultCapture) {
+    const dir = [tmpdir(), '/dev/shm'].find(isWritableTmpfs);
+    defaultCapture = dir
+      ? { dir, truncateAt: CAPTURE_TRUNCATE_BYTES_TMPFS }
+      : { dir: tmpdir(), truncateAt: CAPTURE_TRUNCATE_BYTES };
+  }
+  return defaultCapture;
+}
+
 export interface RunProcessOptions {
   /** Executable path (or a name looked up on PATH by the OS). */
   file: string;
@@ -50,12 +95,12 @@ export interface RunProcessOptions {
   onStderrLine?: (line: string) => void;
   tailBytes?: number;
   /**
-   * Where stdout and stderr are captured (default: the OS temp dir): each goes to an unlinked file
-   * there, read every {@link CAPTURE_POLL_MS} and at exit. `null`: capture through pipes instead
-   * (also the fallback when no file can be made).
+   * Where stdout and stderr are captured (default: {@link defaultCaptureTarget}): each goes to an
+   * unlinked file there, read every {@link CAPTURE_POLL_MS} and at exit. `null`: capture through pipes
+   * instead (also the fallback when no file can be made).
    */
   captureDir?: string | null;
-  /** See {@link CAPTURE_TRUNCATE_BYTES} (tests set it low). */
+  /** See {@link CAPTURE_TRUNCATE_BYTES} (tests set it low; default: by the capture dir). */
   captureTruncateBytes?: number;
 }
 
@@ -98,7 +143,11 @@ export function runProcess(options: RunProcessOptions): Promise<RunProcessResult
   }
 
   return new Promise((resolve) => {
-    const files = openCaptureFiles(options.captureDir === undefined ? tmpdir() : options.captureDir);
+    const target =
+      options.captureDir === undefined
+        ? defaultCaptureTarget()
+        : { dir: options.captureDir, truncateAt: CAPTURE_TRUNCATE_BYTES };
+    const files = openCaptureFiles(target.dir);
     let child: ReturnType<typeof spawn>;
     try {
       child = spawn(options.file, [...options.args], {
@@ -128,7 +177,7 @@ export function runProcess(options: RunProcessOptions): Promise<RunProcessResult
     let settled = false;
     let killTimer: NodeJS.Timeout | undefined;
     let drainTimer: NodeJS.Timeout | undefined;
-    const truncateAt = options.captureTruncateBytes ?? CAPTURE_TRUNCATE_BYTES;
+    const truncateAt = options.captureTruncateBytes ?? target.truncateAt;
     const stdoutLines = files
       ? captureLines(files[0], stdoutTail, options.onStdoutLine, truncateAt)
       : attachLines(child.stdout, stdoutTail, options.onStdoutLine);
