@@ -9,6 +9,7 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { copyFileSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
+import type { Task } from '@ffleet/shared';
 import {
   type ControlPlane,
   getJson,
@@ -118,12 +119,13 @@ async function runDirect(inDir: string, outDir: string, ids: number[]): Promise<
 
 const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
 
-type Done = { status: string; agent: string; startedAt: number; finishedAt: number };
-
 /** Idle gaps of each agent between finishing one task and being handed the next. */
-function agentGaps(tasks: Done[]): number[] {
-  const byAgent = new Map<string, Done[]>();
-  for (const t of tasks) byAgent.set(t.agent, [...(byAgent.get(t.agent) ?? []), t]);
+function agentGaps(tasks: Task[]): number[] {
+  const byAgent = new Map<string, Task[]>();
+  for (const t of tasks) {
+    const name = t.agent?.name ?? '';
+    byAgent.set(name, [...(byAgent.get(name) ?? []), t]);
+  }
   const gaps: number[] = [];
   for (const list of byAgent.values()) {
     list.sort((a, b) => a.startedAt - b.startedAt);
@@ -168,14 +170,6 @@ class FinishedBatches {
   }
 }
 
-type ApiTask = {
-  id: string;
-  status: string;
-  startedAt: number;
-  finishedAt: number;
-  agent: { name: string } | null;
-};
-
 /** Enqueue one batch and wait until every task ended; returns wall seconds and the tasks' busy ms. */
 async function runFfleet(
   cp: ControlPlane,
@@ -200,20 +194,13 @@ async function runFfleet(
     throw new Error(`batch returned ${batch.tasks.length} tasks, expected ${ids.length}`);
   const end = await finished.waitFor(batch.id, RUN_TIMEOUT_MS);
   // Read once the batch is done (not timed): when each task started and finished, and on which agent.
-  const tasks = await getJson<ApiTask[]>(`${cp.api}/batches/${batch.id}/tasks?perPage=1000`);
+  const tasks = await getJson<Task[]>(`${cp.api}/batches/${batch.id}/tasks?perPage=1000`);
   if (tasks.length !== ids.length)
     throw new Error(`batch lists ${tasks.length} tasks, expected ${ids.length}`);
   const failed = tasks.filter((t) => t.status !== 'DONE_SUCCESSFUL');
   if (failed.length) throw new Error(`${failed.length} ffleet tasks did not succeed`);
-  const done: Done[] = tasks.map((t) => ({
-    status: t.status,
-    agent: t.agent?.name ?? '',
-    startedAt: t.startedAt,
-    finishedAt: t.finishedAt,
-  }));
-  const busy = done.reduce((s, d) => s + d.finishedAt - d.startedAt, 0);
-  const gaps = agentGaps(done);
-  return { seconds: (end - t0) / 1000, busyMs: busy, gaps };
+  const busy = sum(tasks.map((t) => t.finishedAt - t.startedAt));
+  return { seconds: (end - t0) / 1000, busyMs: busy, gaps: agentGaps(tasks) };
 }
 
 export async function benchThroughput(cp: ControlPlane, count: number): Promise<ThroughputResult> {

@@ -1,4 +1,5 @@
-import { chmodSync, mkdtempSync, readdirSync, readlinkSync, rmSync, statfsSync, statSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { chmodSync, mkdtempSync, readdirSync, readlinkSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -6,9 +7,7 @@ import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { listGroupMembers } from './fixtures/live-processes.ts';
 import {
   CAPTURE_POLL_MS,
-  CAPTURE_TRUNCATE_BYTES,
-  CAPTURE_TRUNCATE_BYTES_TMPFS,
-  defaultCaptureTarget,
+  defaultCaptureDir,
   isWritableTmpfs,
   runProcess,
   STDIO_DRAIN_MS,
@@ -16,6 +15,23 @@ import {
 
 const FIXTURES = path.join(path.dirname(fileURLToPath(import.meta.url)), 'fixtures');
 const fixture = (name: string) => path.join(FIXTURES, name);
+
+/** This process's open capture files (unlinked, so only /proc/self/fd shows them): fd path → target. */
+function openCaptureFiles(): { fd: string; target: string }[] {
+  return readdirSync('/proc/self/fd').flatMap((n) => {
+    const fd = `/proc/self/fd/${n}`;
+    try {
+      const target = readlinkSync(fd);
+      return target.includes('.ffleet-capture-') ? [{ fd, target }] : [];
+    } catch {
+      return [];
+    }
+  });
+}
+
+/** The file system type of `dir` as coreutils' stat(1) names it (`tmpfs`, `ext2/ext3`, …). */
+const fsType = (dir: string) =>
+  spawnSync('stat', ['-f', '-c', '%T', dir], { encoding: 'utf8' }).stdout.trim();
 
 /** Wait until `predicate` holds, polling; false after `timeoutMs`. */
 async function waitFor(predicate: () => boolean, timeoutMs = 2000): Promise<boolean> {
@@ -224,44 +240,30 @@ describe('runProcess', () => {
       expect(readdirSync(dir)).toEqual([]);
     });
 
-    it('tells a writable tmpfs from a disk directory, a missing one and a file', () => {
+    it('tells a writable tmpfs from a disk directory, a missing one and /proc', () => {
       dir = mkdtempSync(path.join(tmpdir(), 'ffleet-capture-'));
-      const onDisk = statfsSync(dir).type !== 0x01021994;
-      expect(isWritableTmpfs(dir)).toBe(!onDisk);
+      expect(isWritableTmpfs(dir)).toBe(fsType(dir) === 'tmpfs');
       expect(isWritableTmpfs('/nonexistent/ffleet-capture')).toBe(false);
       expect(isWritableTmpfs('/proc')).toBe(false);
-      if (statfsSync('/dev/shm').type === 0x01021994) {
-        expect(isWritableTmpfs('/dev/shm')).toBe(true);
-      }
+      expect(isWritableTmpfs('/dev/shm')).toBe(fsType('/dev/shm') === 'tmpfs');
     });
 
-    it('captures by default on a tmpfs when there is one, with the lower limit there', async () => {
-      const target = defaultCaptureTarget();
-      const inMemory = isWritableTmpfs(target.dir);
-      expect(target.truncateAt).toBe(inMemory ? CAPTURE_TRUNCATE_BYTES_TMPFS : CAPTURE_TRUNCATE_BYTES);
-      if (isWritableTmpfs('/dev/shm')) expect(inMemory).toBe(true);
-      else expect(target.dir).toBe(tmpdir());
-      let heldIn: string[] = [];
+    it('captures by default on a tmpfs when there is one', async () => {
+      const onTmpfs = fsType(tmpdir()) === 'tmpfs' || fsType('/dev/shm') === 'tmpfs';
+      expect(fsType(defaultCaptureDir()) === 'tmpfs').toBe(onTmpfs);
+      let seen: string[] = [];
       const result = await runProcess({
         file: '/bin/sh',
         args: ['-c', 'echo started; sleep 0.5; echo done'],
         onStdoutLine: (line) => {
-          if (line !== 'started') return;
-          heldIn = readdirSync('/proc/self/fd').flatMap((fd) => {
-            try {
-              const link = readlinkSync(`/proc/self/fd/${fd}`);
-              return link.includes('.ffleet-capture-') ? [link] : [];
-            } catch {
-              return [];
-            }
-          });
+          if (line === 'started') seen = openCaptureFiles().map((f) => f.target);
         },
       });
       expect(result).toMatchObject({ ok: true, stdoutTail: 'started\ndone\n' });
-      expect(heldIn).toHaveLength(2);
-      for (const link of heldIn) {
-        expect(path.dirname(link)).toBe(target.dir);
-        expect(link).toMatch(/ \(deleted\)$/);
+      expect(seen).toHaveLength(2);
+      for (const target of seen) {
+        expect(path.dirname(target)).toBe(defaultCaptureDir());
+        expect(target).toMatch(/ \(deleted\)$/);
       }
     });
 
@@ -281,20 +283,7 @@ describe('runProcess', () => {
       dir = mkdtempSync(path.join(tmpdir(), 'ffleet-capture-'));
       const out: string[] = [];
       let largest = 0;
-      /** Size of the capture files this process holds open (unlinked: seen through /proc/self/fd). */
-      const captureFileBytes = () =>
-        Math.max(
-          0,
-          ...readdirSync('/proc/self/fd')
-            .filter((fd) => {
-              try {
-                return readlinkSync(`/proc/self/fd/${fd}`).includes('.ffleet-capture-');
-              } catch {
-                return false;
-              }
-            })
-            .map((fd) => statSync(`/proc/self/fd/${fd}`).size),
-        );
+      const captureFileBytes = () => Math.max(0, ...openCaptureFiles().map((f) => statSync(f.fd).size));
       // ~120 kB in 2,000 lines over about a second, against a 16 kB limit: emptied several times.
       const result = await runProcess({
         file: '/bin/sh',

@@ -41,13 +41,11 @@ export const CAPTURE_POLL_MS = 250;
 
 /**
  * A capture file whose output has all been read is emptied once it holds this much, so a process
- * that prints without end cannot fill the disk. Output written between that last read and the
- * truncation (microseconds, once per this many bytes) is lost; no ordinary process gets here.
+ * that prints without end cannot fill the disk, or the memory of a tmpfs. Output written between that
+ * last read and the truncation (microseconds, once per this many bytes) is lost; no ordinary process
+ * gets here (ffmpeg prints a few kB per transcode).
  */
-export const CAPTURE_TRUNCATE_BYTES = 64 * 1024 * 1024;
-
-/** The limit of {@link CAPTURE_TRUNCATE_BYTES} for capture files in memory (tmpfs). */
-export const CAPTURE_TRUNCATE_BYTES_TMPFS = 8 * 1024 * 1024;
+export const CAPTURE_TRUNCATE_BYTES = 8 * 1024 * 1024;
 
 /** `f_type` of a tmpfs in statfs(2). */
 const TMPFS_MAGIC = 0x01021994;
@@ -63,22 +61,17 @@ export function isWritableTmpfs(dir: string): boolean {
   }
 }
 
-let defaultCapture: { dir: string; truncateAt: number } | undefined;
+let defaultDir: string | undefined;
 
 /**
- * Where output is captured when the caller does not say: the OS temp dir when it is a tmpfs, else
- * `/dev/shm` when that is a writable tmpfs, else the OS temp dir on disk. Creating and unlinking two
- * files per process on ext4 costs ~1 ms of kernel time in inode allocation (perf, 2-vCPU VM); on a
- * tmpfs it is a few microseconds. Files in memory are emptied at a lower size.
+ * Where output is captured when the caller does not say (decided once): the OS temp dir when it is a
+ * tmpfs, else `/dev/shm` when that is a writable tmpfs, else the OS temp dir on disk. Creating and
+ * unlinking two files per process on ext4 cost ~1 ms of kernel time in inode allocation (perf, 2-vCPU
+ * VM); on a tmpfs it is a few microseconds.
  */
-export function defaultCaptureTarget(): { dir: string; truncateAt: number } {
-  if (!defaultCapture) {
-    const dir = [tmpdir(), '/dev/shm'].find(isWritableTmpfs);
-    defaultCapture = dir
-      ? { dir, truncateAt: CAPTURE_TRUNCATE_BYTES_TMPFS }
-      : { dir: tmpdir(), truncateAt: CAPTURE_TRUNCATE_BYTES };
-  }
-  return defaultCapture;
+export function defaultCaptureDir(): string {
+  defaultDir ??= [tmpdir(), '/dev/shm'].find(isWritableTmpfs) ?? tmpdir();
+  return defaultDir;
 }
 
 export interface RunProcessOptions {
@@ -95,12 +88,12 @@ export interface RunProcessOptions {
   onStderrLine?: (line: string) => void;
   tailBytes?: number;
   /**
-   * Where stdout and stderr are captured (default: {@link defaultCaptureTarget}): each goes to an
+   * Where stdout and stderr are captured (default: {@link defaultCaptureDir}): each goes to an
    * unlinked file there, read every {@link CAPTURE_POLL_MS} and at exit. `null`: capture through pipes
    * instead (also the fallback when no file can be made).
    */
   captureDir?: string | null;
-  /** See {@link CAPTURE_TRUNCATE_BYTES} (tests set it low; default: by the capture dir). */
+  /** See {@link CAPTURE_TRUNCATE_BYTES} (tests set it low). */
   captureTruncateBytes?: number;
 }
 
@@ -143,11 +136,9 @@ export function runProcess(options: RunProcessOptions): Promise<RunProcessResult
   }
 
   return new Promise((resolve) => {
-    const target =
-      options.captureDir === undefined
-        ? defaultCaptureTarget()
-        : { dir: options.captureDir, truncateAt: CAPTURE_TRUNCATE_BYTES };
-    const files = openCaptureFiles(target.dir);
+    const files = openCaptureFiles(
+      options.captureDir === undefined ? defaultCaptureDir() : options.captureDir,
+    );
     let child: ReturnType<typeof spawn>;
     try {
       child = spawn(options.file, [...options.args], {
@@ -177,7 +168,7 @@ export function runProcess(options: RunProcessOptions): Promise<RunProcessResult
     let settled = false;
     let killTimer: NodeJS.Timeout | undefined;
     let drainTimer: NodeJS.Timeout | undefined;
-    const truncateAt = options.captureTruncateBytes ?? target.truncateAt;
+    const truncateAt = options.captureTruncateBytes ?? CAPTURE_TRUNCATE_BYTES;
     const stdoutLines = files
       ? captureLines(files[0], stdoutTail, options.onStdoutLine, truncateAt)
       : attachLines(child.stdout, stdoutTail, options.onStdoutLine);
