@@ -73,16 +73,34 @@ export const tasks = pgTable(
     index('tasks_claim_idx').on(t.status, t.priority.desc(), t.createdAt, t.id),
     index('tasks_created_idx').on(t.createdAt.desc(), t.id.desc()),
     index('tasks_status_created_idx').on(t.status, t.createdAt.desc()),
-    index('tasks_batch_idx').on(t.batchId, t.createdAt.desc()),
-    index('tasks_preset_idx').on(t.presetId),
-    index('tasks_agent_idx').on(t.agentId),
-    // The free-slot count inside a claim: this agent's running tasks.
+    // Index diet (migration 0004). Every update that moves a task's status writes a new entry into
+    // every index of the table that covers the row, so a task's three row versions (insert, claim,
+    // result) paid for indexes nothing reads: columns that are NULL for most tasks are indexed only
+    // where set; agent_id alone had no reader (running-task lookups use tasks_agent_running_idx).
+    index('tasks_batch_idx').on(t.batchId, t.createdAt.desc()).where(sql`batch_id IS NOT NULL`),
+    // "Does this batch still have open tasks?" after each of its tasks finishes: one entry to find,
+    // whatever the batch's size (a count of the batch's open tasks read the whole batch every time).
+    // created_at is there for the check's ORDER BY, which keeps the planner on this index.
+    index('tasks_batch_open_idx')
+      .on(t.batchId, t.createdAt)
+      .where(sql`batch_id IS NOT NULL AND status IN ('QUEUED','PRE_PROCESSING','RUNNING')`),
+    index('tasks_preset_idx').on(t.presetId).where(sql`preset_id IS NOT NULL`),
+    // The free-slot count inside a claim: this agent's running tasks. The lease sweeper reads it too
+    // (all running tasks, lease checked on the row): with no index on lease_expires_at, a progress
+    // report or lease renewal changes no indexed column and is a HOT update (no index writes).
     index('tasks_agent_running_idx').on(t.agentId).where(sql`status IN ('PRE_PROCESSING','RUNNING')`),
     index('tasks_source_idx').on(t.source, t.createdAt.desc()),
-    index('tasks_lease_idx').on(t.leaseExpiresAt).where(sql`status IN ('PRE_PROCESSING','RUNNING')`),
-    uniqueIndex('tasks_watch_key_idx').on(t.watchKey),
+    uniqueIndex('tasks_watch_key_idx').on(t.watchKey).where(sql`watch_key IS NOT NULL`),
   ],
 );
+
+/**
+ * A task an agent holds: the predicate of tasks_agent_running_idx. Literals, not parameters: only a
+ * predicate the planner can prove lets a prepared statement's generic plan use a partial index.
+ */
+export const taskIsRunning = sql`${tasks.status} IN ('PRE_PROCESSING','RUNNING')`;
+/** A task not finished yet (queued or running): the status part of tasks_batch_open_idx's predicate. */
+export const taskIsOpen = sql`${tasks.status} IN ('QUEUED','PRE_PROCESSING','RUNNING')`;
 
 export const taskLogs = pgTable(
   'task_logs',

@@ -2,7 +2,7 @@ import type { ClaimedTask } from '@ffleet/shared';
 import { and, asc, eq, inArray, sql } from 'drizzle-orm';
 import type { Db } from '../db/client.ts';
 import { type TaskRow, toTask } from '../db/mappers.ts';
-import { tasks } from '../db/schema.ts';
+import { taskIsRunning, tasks } from '../db/schema.ts';
 import { ph, runCached } from '../db/statement-cache.ts';
 import type { EmittedEvents } from '../events/outbox.ts';
 import { emitTaskUpdated } from '../services/tasks.ts';
@@ -93,9 +93,7 @@ export async function claimTasksIn(
       const limit = withSlots
         ? sql`GREATEST(0, LEAST(${ph('max')}::int, ${ph('slots')}::int - (SELECT count(*)::int FROM ${tasks} WHERE ${and(
             eq(tasks.agentId, ph('agentId')),
-            // Literals, not parameters: a partial index on running tasks can only serve a generic plan
-            // whose predicate it can prove.
-            sql`${tasks.status} IN ('PRE_PROCESSING', 'RUNNING')`,
+            taskIsRunning,
           )})))`
         : ph('max');
       const candidates = tx

@@ -7,11 +7,11 @@ import {
   PROTOCOL_VERSION,
   type TaskReport,
 } from '@ffleet/shared';
-import { and, eq, inArray, sql } from 'drizzle-orm';
+import { and, eq, sql } from 'drizzle-orm';
 import type { Logger } from 'pino';
 import type { ControlPlaneClient } from '../broker/control-plane-client.ts';
 import { type AgentRow, effectiveLabels, effectiveSlots } from '../db/mappers.ts';
-import { agents, tasks, watchfolders } from '../db/schema.ts';
+import { agents, taskIsRunning, tasks, watchfolders } from '../db/schema.ts';
 import type { FleetHooks, ServiceContext } from '../services/context.ts';
 import {
   getAgentByName,
@@ -259,7 +259,7 @@ export class Fleet implements FleetHooks {
     const mine = await db
       .select({ id: tasks.id })
       .from(tasks)
-      .where(and(eq(tasks.agentId, agent.id), inArray(tasks.status, ['PRE_PROCESSING', 'RUNNING'])));
+      .where(and(eq(tasks.agentId, agent.id), taskIsRunning));
     const lost = mine.map((t) => t.id).filter((id) => !listed.has(id));
     if (lost.length) {
       const r = await sweepExpiredLeases(this.#ctx, {

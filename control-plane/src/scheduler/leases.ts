@@ -1,7 +1,7 @@
 import { and, eq, inArray, lt, sql } from 'drizzle-orm';
 import type { Db } from '../db/client.ts';
 import type { TaskRow } from '../db/mappers.ts';
-import { tasks } from '../db/schema.ts';
+import { taskIsRunning, tasks } from '../db/schema.ts';
 import type { EmittedEvents } from '../events/outbox.ts';
 import { type ServiceContext, transact } from '../services/context.ts';
 import { clearStep, saveTaskChange } from '../services/tasks.ts';
@@ -48,7 +48,7 @@ export async function renewLeasesIn(
         and(
           sql`${tasks.id} = ref.id AND ${tasks.attempt} = ref.attempt AND ${tasks.leaseToken} = ref.lease_token`,
           eq(tasks.agentId, agentId),
-          inArray(tasks.status, ['PRE_PROCESSING', 'RUNNING']),
+          taskIsRunning,
         ),
       )
       .returning({ id: tasks.id, attempt: tasks.attempt });
@@ -68,7 +68,7 @@ export async function extendRunningLeases(ctx: ServiceContext, until: number): P
   await ctx.database.db
     .update(tasks)
     .set({ leaseExpiresAt: until })
-    .where(and(inArray(tasks.status, ['PRE_PROCESSING', 'RUNNING']), lt(tasks.leaseExpiresAt, until)));
+    .where(and(taskIsRunning, lt(tasks.leaseExpiresAt, until)));
 }
 
 export type SweepResult = { requeued: string[]; failed: string[]; canceled: string[] };
@@ -85,7 +85,7 @@ export async function sweepExpiredLeases(
 ): Promise<SweepResult> {
   const now = ctx.now();
   return transact(ctx, async (tx, ev) => {
-    const conds = [inArray(tasks.status, ['PRE_PROCESSING', 'RUNNING'])];
+    const conds = [taskIsRunning];
     if (opts.onlyIds) {
       if (opts.onlyIds.length === 0) return { requeued: [], failed: [], canceled: [] };
       conds.push(inArray(tasks.id, opts.onlyIds));

@@ -4,7 +4,7 @@ import { ConflictError, NotFoundError } from '../api/errors.ts';
 import { unstorableText } from '../api/http.ts';
 import type { Db } from '../db/client.ts';
 import { type AgentRow, toAgent } from '../db/mappers.ts';
-import { agents, tasks } from '../db/schema.ts';
+import { agents, taskIsRunning, tasks } from '../db/schema.ts';
 import type { ServiceContext } from './context.ts';
 import { paginate } from './paginate.ts';
 import { isUuid } from './tasks.ts';
@@ -16,7 +16,7 @@ async function withRunning(db: Db, rows: AgentRow[]): Promise<Agent[]> {
     const rs = await db
       .select({ id: tasks.id, agentId: tasks.agentId })
       .from(tasks)
-      .where(and(inArray(tasks.agentId, ids), inArray(tasks.status, ['PRE_PROCESSING', 'RUNNING'])));
+      .where(and(inArray(tasks.agentId, ids), taskIsRunning));
     for (const r of rs) {
       const list = running.get(r.agentId!) ?? [];
       list.push(r.id);

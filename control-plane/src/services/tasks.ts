@@ -6,11 +6,11 @@ import {
   type TaskListQuery,
   type TaskStatus,
 } from '@ffleet/shared';
-import { and, asc, count, eq, ilike, inArray, or, type Placeholder, type SQL, sql } from 'drizzle-orm';
+import { and, asc, count, desc, eq, ilike, inArray, or, type Placeholder, type SQL, sql } from 'drizzle-orm';
 import { ConflictError, NotFoundError, ValidationError } from '../api/errors.ts';
 import type { Db, RawStatement } from '../db/client.ts';
 import { type TaskRow, toTask } from '../db/mappers.ts';
-import { batches, presets, taskCounts, taskLogs, tasks } from '../db/schema.ts';
+import { batches, presets, taskCounts, taskIsOpen, taskLogs, tasks } from '../db/schema.ts';
 import { ph, runCached } from '../db/statement-cache.ts';
 import { compactTaskCounts } from '../db/task-counts.ts';
 import { EmittedEvents } from '../events/outbox.ts';
@@ -297,15 +297,31 @@ export async function taskChanged(
   return { row, task };
 }
 
-/** The tasks of a batch that are not finished yet (QUEUED or running). */
+/** The tasks of a batch that are not finished yet (QUEUED or running): tasks_batch_open_idx. */
 export const openBatchTasks = (batchId: string | Placeholder): SQL | undefined =>
-  and(eq(tasks.batchId, batchId), inArray(tasks.status, ['QUEUED', 'PRE_PROCESSING', 'RUNNING']));
+  and(eq(tasks.batchId, batchId), taskIsOpen);
+
+/**
+ * One open task of the batch (`batchId` placeholder), if any. Without an order, a LIMIT 1 can look
+ * cheapest as a sequential scan: a big batch's open tasks are "most of the table" to the planner, but
+ * they sit at its end. Ordered, the only cheap plan is tasks_batch_open_idx read backwards.
+ */
+export const openBatchTaskProbe = (db: Db) =>
+  db
+    .select({ one: sql<number>`1` })
+    .from(tasks)
+    .where(openBatchTasks(ph('batchId')))
+    .orderBy(desc(tasks.createdAt))
+    .limit(1);
 
 /**
  * `batch.finished` exactly once each time a batch reaches DONE. The batch row lock serialises
- * concurrent finishers; the count runs after the lock, so the last committer sees every task done.
- * `serialized`: the database runs one transaction at a time (PGlite), so no finisher can run
- * concurrently and the count alone decides; the batch row is then only read when it says DONE.
+ * concurrent finishers; the check for open tasks runs after the lock, so the last committer sees every
+ * task done. `serialized`: the database runs one transaction at a time (PGlite), so no finisher can
+ * run concurrently and the check alone decides; the batch row is then only read when it says DONE.
+ * The check looks for ONE open task of the batch in tasks_batch_open_idx, so it costs the same for a
+ * batch of 10 or of 20,000 (counting them read every open task of the batch after each finish: 0.3 ms
+ * per finish in a batch of 200, 1.1 ms in one of 2,000, on PGlite).
  */
 export async function finishBatchIfDone(
   tx: Db,
@@ -327,23 +343,13 @@ export async function finishBatchIfDone(
           .for('update'),
       { batchId },
     );
-  const countOpen = () =>
-    runCached<{ n: number }[]>(
-      tx,
-      'batch-finish:open',
-      () =>
-        tx
-          .select({ n: count() })
-          .from(tasks)
-          .where(openBatchTasks(ph('batchId'))),
-      { batchId },
-    );
+  const anyOpen = () =>
+    runCached<{ one: number }[]>(tx, 'batch-finish:open', () => openBatchTaskProbe(tx), { batchId });
   if (!opts.serialized) {
     const [b] = await lockBatch();
     if (!b || b.status === 'DONE') return;
   }
-  const [open] = await countOpen();
-  if (Number(open?.n ?? 0) > 0) return;
+  if ((await anyOpen()).length > 0) return;
   if (opts.serialized) {
     const [b] = await lockBatch();
     if (!b || b.status === 'DONE') return;
