@@ -25,6 +25,12 @@ import { childCpuMs, cpuSplitMs, processesCpuMs, rssMb, syscalls } from './harne
 import { SseClient } from './sse-client.ts';
 
 const FFMPEG = '/usr/bin/ffmpeg';
+/**
+ * BENCH_TRANSCODER: the agents' transcoder (default: FFMPEG, as the direct runs). A diagnostic: with a
+ * script that answers the probe through ffmpeg and sleeps instead of transcoding, the CPU rows show what
+ * ffleet itself spends per task with no ffmpeg competing for the cores (the ratio then means nothing).
+ */
+const AGENT_TRANSCODER = process.env.BENCH_TRANSCODER || FFMPEG;
 /** Same prefix the agent's runner puts in front of every transcoder call (run-transcode.ts). */
 const PREFIX = ['-nostdin', '-progress', 'pipe:1', '-nostats'];
 /** The user part of each command: {in} and {out} are the per-file paths. */
@@ -207,7 +213,9 @@ export async function benchThroughput(cp: ControlPlane, count: number): Promise<
   const inDir = join(cp.dir, 'media', 'in');
   makeClips(inDir, count + WARMUP);
   const names = ['tp-1', 'tp-2'];
-  const agents = names.map((n) => startAgent(cp, n, { FFLEET_TRANSCODER: FFMPEG, FFLEET_AGENT_SLOTS: '1' }));
+  const agents = names.map((n) =>
+    startAgent(cp, n, { FFLEET_TRANSCODER: AGENT_TRANSCODER, FFLEET_AGENT_SLOTS: '1' }),
+  );
   const finished = new FinishedBatches();
   const sse = new SseClient(`${cp.api}/events?events=batch.finished`, (e) => {
     finished.add((e.data.data as { id: string }).id, e.receivedAt);
