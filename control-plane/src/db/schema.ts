@@ -1,3 +1,4 @@
+import type { TaskStatus } from '@ffleet/shared';
 import { sql } from 'drizzle-orm';
 import {
   bigint,
@@ -14,6 +15,17 @@ import {
 
 // Timestamps are Unix milliseconds (CONTRACT.md) stored as bigint; mode 'number' is safe until year 287396.
 const ms = (name: string) => bigint(name, { mode: 'number' }).notNull().default(0);
+
+/**
+ * The status lists of the partial indexes on tasks, written out as SQL literals (`IN ('A','B')`): the
+ * indexes' predicates and the queries that must use them are built from these, so they cannot drift
+ * apart. Literals, not parameters: only a predicate the planner can prove lets a prepared statement's
+ * generic plan use a partial index.
+ */
+const inStatuses = (statuses: readonly TaskStatus[]) =>
+  sql.raw(`IN (${statuses.map((s) => `'${s}'`).join(',')})`);
+const RUNNING = inStatuses(['PRE_PROCESSING', 'RUNNING']);
+const OPEN = inStatuses(['QUEUED', 'PRE_PROCESSING', 'RUNNING']);
 
 /** A processing step as stored (raw/resolved pairs, like the snapshot). */
 export type StoredStep = {
@@ -83,24 +95,21 @@ export const tasks = pgTable(
     // created_at is there for the check's ORDER BY, which keeps the planner on this index.
     index('tasks_batch_open_idx')
       .on(t.batchId, t.createdAt)
-      .where(sql`batch_id IS NOT NULL AND status IN ('QUEUED','PRE_PROCESSING','RUNNING')`),
+      .where(sql`batch_id IS NOT NULL AND status ${OPEN}`),
     index('tasks_preset_idx').on(t.presetId).where(sql`preset_id IS NOT NULL`),
     // The free-slot count inside a claim: this agent's running tasks. The lease sweeper reads it too
     // (all running tasks, lease checked on the row): with no index on lease_expires_at, a progress
     // report or lease renewal changes no indexed column and is a HOT update (no index writes).
-    index('tasks_agent_running_idx').on(t.agentId).where(sql`status IN ('PRE_PROCESSING','RUNNING')`),
+    index('tasks_agent_running_idx').on(t.agentId).where(sql`status ${RUNNING}`),
     index('tasks_source_idx').on(t.source, t.createdAt.desc()),
     uniqueIndex('tasks_watch_key_idx').on(t.watchKey).where(sql`watch_key IS NOT NULL`),
   ],
 );
 
-/**
- * A task an agent holds: the predicate of tasks_agent_running_idx. Literals, not parameters: only a
- * predicate the planner can prove lets a prepared statement's generic plan use a partial index.
- */
-export const taskIsRunning = sql`${tasks.status} IN ('PRE_PROCESSING','RUNNING')`;
+/** A task an agent holds: the predicate of tasks_agent_running_idx. */
+export const taskIsRunning = sql`${tasks.status} ${RUNNING}`;
 /** A task not finished yet (queued or running): the status part of tasks_batch_open_idx's predicate. */
-export const taskIsOpen = sql`${tasks.status} IN ('QUEUED','PRE_PROCESSING','RUNNING')`;
+export const taskIsOpen = sql`${tasks.status} ${OPEN}`;
 
 export const taskLogs = pgTable(
   'task_logs',
