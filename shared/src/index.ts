@@ -5,6 +5,7 @@ export * from './schemas/agent.ts';
 export * from './schemas/batch.ts';
 export * from './schemas/common.ts';
 export * from './schemas/preset.ts';
+export * from './schemas/storable.ts';
 export * from './schemas/task.ts';
 export * from './schemas/watchfolder.ts';
 export * from './schemas/webhook.ts';

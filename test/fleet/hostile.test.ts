@@ -18,7 +18,7 @@ import {
   waitFor,
   writeScript,
 } from '../helpers/cluster.ts';
-import { ENCODE } from './support/fixtures.ts';
+import { ENCODE, reimportingStep } from './support/fixtures.ts';
 
 let c: TestCluster;
 let worker: FleetAgent;
@@ -34,6 +34,17 @@ clusterHooks(() => c);
 
 const out = (name: string) => join(c.dir, 'out', name);
 
+/** A raw MQTT client holding an agent's valid credentials (no reconnects, MQTT 3.1.1). */
+const connectAsAgent = (name: string): Promise<MqttClient> =>
+  connectAsync(c.mqttUrl, {
+    clientId: name,
+    username: name,
+    password: c.agentToken,
+    clean: true,
+    reconnectPeriod: 0,
+    protocolVersion: 4,
+  });
+
 describe('hostile task definitions', () => {
   it('fails the task when the re-imported pre-processing sidecar is not JSON', async () => {
     const script = writeScript(c.dir, 'scripts/garble.sh', `printf 'not json {{' > "$SIDECAR_FILE"`);
@@ -41,16 +52,30 @@ describe('hostile task definitions', () => {
       command: ENCODE,
       inputFile: input,
       outputFile: out('garbled.mp4'),
-      preProcessing: {
-        scriptPath: script,
-        sidecarPath: join(c.dir, 'sidecars', '${TASK_UUID}.json'),
-        importSidecar: true,
-      },
+      preProcessing: reimportingStep(c.dir, script),
     });
     const done = await c.api.waitForTask(task.id);
     expect(done.status).toBe('DONE_ERROR');
     expect(done.error).toMatch(/pre-processing/);
     expect(done.error).toMatch(/not valid JSON/);
+    expect(done.command.resolved).toBe('');
+  });
+
+  it('fails the task, naming the path, when the re-imported sidecar holds a string the database cannot store', async () => {
+    // Python's json.dumps writes a file name it could not decode as "\udcff": jsonb refuses it.
+    const edit = `const fs=require('fs'),f=process.env.SIDECAR_FILE,j=JSON.parse(fs.readFileSync(f,'utf8'));j.metadata={file:'clip-\\udcff.mov'};fs.writeFileSync(f,JSON.stringify(j))`;
+    const script = writeScript(c.dir, 'scripts/surrogate.sh', `exec '${process.execPath}' -e "${edit}"`);
+    const task = await c.api.createTask({
+      command: ENCODE,
+      inputFile: input,
+      outputFile: out('surrogate.mp4'),
+      metadata: { file: 'clip.mov' },
+      preProcessing: reimportingStep(c.dir, script),
+    });
+    const done = await c.api.waitForTask(task.id);
+    expect(done.status).toBe('DONE_ERROR');
+    expect(done.error).toContain('"metadata.file": contains an unpaired UTF-16 surrogate');
+    expect(done.metadata).toEqual({ file: 'clip.mov' });
     expect(done.command.resolved).toBe('');
   });
 
@@ -78,14 +103,7 @@ describe('garbage from an authenticated agent client', () => {
 
   it('drops and logs malformed payloads, keeps serving, and the other agents keep working', async () => {
     const name = c.agentName('rogue');
-    rogue = await connectAsync(c.mqttUrl, {
-      clientId: name,
-      username: name,
-      password: c.agentToken,
-      clean: true,
-      reconnectPeriod: 0,
-      protocolVersion: 4,
-    });
+    rogue = await connectAsAgent(name);
     const huge = 'x'.repeat(2 * 1024 * 1024);
     const payloads: Array<string | Buffer> = [
       randomBytes(4096),
@@ -145,4 +163,41 @@ describe('garbage from an authenticated agent client', () => {
     const done = await c.api.waitForTask(task.id);
     expect(done).toMatchObject({ status: 'DONE_SUCCESSFUL', agent: { name: worker.name } });
   }, 90_000);
+
+  it('records a birth holding strings the database cannot store, with U+FFFD in their place', async () => {
+    // An encoder name with a NUL used to fail the insert: the agent was kept out, unannounced.
+    const name = c.agentName('odd');
+    const odd = await connectAsAgent(name);
+    try {
+      await odd.publishAsync(
+        agentTopic(name, 'status'),
+        JSON.stringify({
+          state: 'online',
+          bootId: 'b-1',
+          name,
+          version: '9.9.9',
+          protocol: 1,
+          hostname: 'host-\udcff',
+          os: 'linux',
+          arch: 'x64',
+          transcoder: { path: '/opt/ff\udcffmpeg', version: '5.1' },
+          encoders: ['libx264', 'odd\u0000enc'],
+          hwaccels: [],
+          labels: [],
+          slots: 1,
+          ts: Date.now(),
+        }),
+        { qos: 1 },
+      );
+      await waitFor(async () => (await c.api.getAgent(name)) !== null, 10_000, 'the odd birth recorded');
+      expect(await c.api.getAgent(name)).toMatchObject({
+        status: 'online',
+        hostname: 'host-\uFFFD',
+        transcoder: { path: '/opt/ff\uFFFDmpeg', version: '5.1' },
+        encoders: ['libx264', 'odd\uFFFDenc'],
+      });
+    } finally {
+      await odd.endAsync(true);
+    }
+  });
 });

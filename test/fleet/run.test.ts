@@ -18,7 +18,7 @@ import {
   waitFor,
   writeScript,
 } from '../helpers/cluster.ts';
-import { ENCODE } from './support/fixtures.ts';
+import { ENCODE, reimportingStep } from './support/fixtures.ts';
 
 let c: TestCluster;
 let main: FleetAgent;
@@ -104,11 +104,7 @@ describe('a task submitted through the API', () => {
       command: ENCODE,
       inputFile: input,
       outputFile: out('reimport.mp4'),
-      preProcessing: {
-        scriptPath: script,
-        sidecarPath: join(c.dir, 'sidecars', '${TASK_UUID}.json'),
-        importSidecar: true,
-      },
+      preProcessing: reimportingStep(c.dir, script),
     });
     const done = await c.api.waitForTask(task.id);
     expect(done.status).toBe('DONE_ERROR');

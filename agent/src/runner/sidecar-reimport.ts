@@ -1,5 +1,13 @@
 import { isDeepStrictEqual } from 'node:util';
-import { type DirectWebhook, Priority, type Task, TaskDirectWebhook, type TaskPatch } from '@ffleet/shared';
+import {
+  type DirectWebhook,
+  escapeUnstorable,
+  findUnsafeJson,
+  Priority,
+  type Task,
+  TaskDirectWebhook,
+  type TaskPatch,
+} from '@ffleet/shared';
 import { z } from 'zod';
 
 /** The task fields a pre-processing script may change through the sidecar, as a report patch. */
@@ -30,7 +38,9 @@ class ReimportError extends Error {}
  * object) and `webhooks` (any list of task webhooks `{event, url}`). Only `name`, `priority`,
  * `metadata`, `webhooks`, `command.raw`, `inputFile.raw` and `outputFile.raw` may change; any other
  * changed value, an added or removed key or a changed type fails with an error naming the path.
- * On success the changed fields come back as a patch (`resolved` values stay `""` until resolution).
+ * So does what the API would refuse at creation and the database cannot store: a NUL or an unpaired
+ * UTF-16 surrogate in any string or key (a script's `"\udcff"` escape of an undecodable file name),
+ * a `__proto__` key, nesting deeper than 64 levels. On success the changed fields come back as a patch (`resolved` values stay `""` until resolution).
  */
 export function validateReimport(written: Task, readText: string): ReimportResult {
   let read: unknown;
@@ -39,6 +49,8 @@ export function validateReimport(written: Task, readText: string): ReimportResul
   } catch (err) {
     return { ok: false, error: `sidecar is not valid JSON: ${(err as Error).message}` };
   }
+  const [unsafe] = findUnsafeJson(read);
+  if (unsafe) return { ok: false, error: failure(unsafe.path, unsafe.message) };
   // Compare with what JSON actually holds for the snapshot (e.g. no `undefined` members).
   const expected: unknown = JSON.parse(JSON.stringify(written));
   try {
@@ -106,9 +118,12 @@ function typeName(value: unknown): string {
 }
 
 function fail(path: readonly string[], reason: string): never {
-  throw new ReimportError(
-    `sidecar re-import failed at "${path.length > 0 ? path.join('.') : '(root)'}": ${reason}`,
-  );
+  throw new ReimportError(failure(path.join('.'), reason));
+}
+
+/** The error's text; a key holding a NUL or a lone surrogate is shown escaped. */
+function failure(path: string, reason: string): string {
+  return `sidecar re-import failed at "${path ? escapeUnstorable(path) : '(root)'}": ${reason}`;
 }
 
 function collectChanges(written: Task, read: Task): SidecarChanges {

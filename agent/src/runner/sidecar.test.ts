@@ -194,12 +194,69 @@ describe('validateReimport', () => {
     }
   });
 
-  it('rejects an added __proto__ key like any other key', () => {
+  it('rejects an added __proto__ key, at the top and in metadata (it would vanish, not be stored)', () => {
     const text = JSON.stringify(written).replace('{', '{"__proto__":{"status":"DONE_SUCCESSFUL"},');
     expect(validateReimport(written, text)).toEqual({
       ok: false,
-      error: 'sidecar re-import failed at "__proto__": key was added',
+      error: 'sidecar re-import failed at "__proto__": "__proto__" is a reserved key',
     });
+    const inMetadata = edited(written, (j) => (j.metadata = { a: 1 })).replace(
+      '"metadata":{',
+      '"metadata":{"__proto__":{"x":1},',
+    );
+    expect(validateReimport(written, inMetadata)).toEqual({
+      ok: false,
+      error: 'sidecar re-import failed at "metadata.__proto__": "__proto__" is a reserved key',
+    });
+  });
+
+  // What the API refuses at creation (422) and the database cannot store; a script writes it with
+  // JSON escapes, e.g. Python's json.dumps of a file name it could not decode ("\udcff").
+  it.each<[string, (j: EditableJson) => void, string]>([
+    [
+      'an unpaired surrogate in a metadata value',
+      (j) => (j.metadata = { file: 'clip-\udcff.mov' }),
+      'sidecar re-import failed at "metadata.file": contains an unpaired UTF-16 surrogate',
+    ],
+    [
+      'a NUL in a metadata key (shown escaped)',
+      (j) => (j.metadata = { 'a\u0000b': 1 }),
+      'sidecar re-import failed at "metadata.a\\u0000b": the key contains a NUL character',
+    ],
+    [
+      'a NUL in the name',
+      (j) => (j.name = 'x\u0000'),
+      'sidecar re-import failed at "name": contains a NUL character',
+    ],
+    [
+      'a high surrogate without its pair in the raw command',
+      (j) => (j.command.raw = '-i in \ud83d out'),
+      'sidecar re-import failed at "command.raw": contains an unpaired UTF-16 surrogate',
+    ],
+    [
+      'metadata nested deeper than 64 levels',
+      (j) => {
+        let deep: unknown = 'bottom';
+        for (let i = 0; i < 70; i++) deep = { d: deep };
+        j.metadata = deep;
+      },
+      'nested deeper than 64 levels',
+    ],
+  ])('rejects %s', (_label, edit, message) => {
+    const result = validateReimport(written, edited(written, edit));
+    expect(result.ok).toBe(false);
+    if (!result.ok) expect(result.error).toContain(message);
+  });
+
+  it('accepts characters outside the BMP (a surrogate pair) in metadata and the name', () => {
+    const result = validateReimport(
+      written,
+      edited(written, (j) => {
+        j.metadata = { emoji: '\ud83c\udfac take 2' };
+        j.name = 'take \ud83c\udfac';
+      }),
+    );
+    expect(result).toEqual({ ok: true, changes: { metadata: { emoji: '🎬 take 2' }, name: 'take 🎬' } });
   });
 
   it('rejects text that is not JSON and JSON of another shape', () => {

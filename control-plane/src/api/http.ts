@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { PageQuery } from '@ffleet/shared';
+import { findUnsafeJson, PageQuery, unstorableText } from '@ffleet/shared';
 import type { Context } from 'hono';
 import type { z } from 'zod';
 import { BadRequestError, HttpError, ValidationError } from './errors.ts';
@@ -23,50 +23,6 @@ export function zodIssues(error: z.ZodError): { path: string; message: string }[
 }
 
 export type ParsedBody<T> = { data: T; raw: string };
-
-/**
- * Deepest JSON nesting accepted in a body. Real bodies (metadata included) are a few levels deep;
- * thousands of levels overflow PostgreSQL's jsonb parser (a 500), so the API refuses them first.
- */
-export const MAX_JSON_DEPTH = 64;
-
-// PostgreSQL text and jsonb cannot hold NUL; an unpaired UTF-16 surrogate is rejected by jsonb and
-// silently turned into U+FFFD in text. Either would be a 500 or a silent change, so both are 422.
-const UNSTORABLE = /\u0000|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
-
-/** Why a string cannot be stored, or null when it can. */
-export function unstorableText(s: string): string | null {
-  const m = UNSTORABLE.exec(s);
-  if (!m) return null;
-  return m[0] === '\u0000' ? 'contains a NUL character' : 'contains an unpaired UTF-16 surrogate';
-}
-
-/**
- * Issues with a parsed JSON value that no schema expresses: nesting depth, strings (values and keys)
- * the database cannot store, and `__proto__` keys (assigning one sets a prototype, so the key would
- * silently vanish from metadata).
- */
-export function findUnsafeJson(value: unknown, path = '', depth = 1): { path: string; message: string }[] {
-  const at = (k: string | number) => (path ? `${path}.${k}` : String(k));
-  if (typeof value === 'string') {
-    const why = unstorableText(value);
-    return why ? [{ path, message: why }] : [];
-  }
-  if (value === null || typeof value !== 'object') return [];
-  if (depth > MAX_JSON_DEPTH) return [{ path, message: `nested deeper than ${MAX_JSON_DEPTH} levels` }];
-  const out: { path: string; message: string }[] = [];
-  if (Array.isArray(value)) {
-    for (const [i, v] of value.entries()) out.push(...findUnsafeJson(v, at(i), depth + 1));
-    return out;
-  }
-  for (const [k, v] of Object.entries(value)) {
-    const keyIssue = unstorableText(k);
-    const why = k === '__proto__' ? '"__proto__" is a reserved key' : keyIssue && `the key ${keyIssue}`;
-    if (why) out.push({ path: at(k), message: why });
-    else out.push(...findUnsafeJson(v, at(k), depth + 1));
-  }
-  return out;
-}
 
 /**
  * Read a JSON body: 415 when it is not JSON, 400 when it does not parse, 422 when it fails the schema.

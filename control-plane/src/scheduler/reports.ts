@@ -1,4 +1,11 @@
-import { isDoneStatus, type LogText, type TaskPatch, type TaskReport, type TaskStatus } from '@ffleet/shared';
+import {
+  isDoneStatus,
+  type LogText,
+  type TaskPatch,
+  type TaskReport,
+  type TaskStatus,
+  toStorable,
+} from '@ffleet/shared';
 import { and, eq, inArray, lt } from 'drizzle-orm';
 import type { Db } from '../db/client.ts';
 import type { TaskRow } from '../db/mappers.ts';
@@ -30,21 +37,8 @@ for (const [from, tos] of Object.entries(ALLOWED)) {
   for (const to of tos) ALLOWED_FROM.set(to, [...(ALLOWED_FROM.get(to) ?? []), from as TaskStatus]);
 }
 
-/** PostgreSQL text and jsonb cannot hold NUL: a transcoder printing one must not break the report. */
-const NUL = /\u0000/g;
-function storable<T>(v: T): T {
-  if (typeof v === 'string') return v.replace(NUL, '\uFFFD') as T;
-  if (Array.isArray(v)) return v.map(storable) as T;
-  if (v && typeof v === 'object') {
-    return Object.fromEntries(
-      Object.entries(v).map(([k, x]) => [k.replace(NUL, '\uFFFD'), storable(x)]),
-    ) as T;
-  }
-  return v;
-}
-
 function columnsOf(raw: TaskPatch): Partial<typeof tasks.$inferInsert> {
-  const p = storable(raw);
+  const p = toStorable(raw);
   const set: Partial<typeof tasks.$inferInsert> = {};
   if (p.status !== undefined) set.status = p.status;
   if (p.progress !== undefined) set.progress = p.progress;
@@ -130,7 +124,7 @@ function updateReportColumns(c: ReportCall, patch: TaskPatch, finished: boolean)
 /** A patch of progress fields only (its event is marked progress-only for subscribers). */
 const isProgressOnly = (patch: TaskPatch): boolean => Object.keys(patch).every((k) => PROGRESS_KEYS.has(k));
 
-/** Keep captured output (NUL-free) as rows of the task's logs, in order; empty texts are skipped. */
+/** Keep captured output (through toStorable) as rows of the task's logs, in order; empty texts are skipped. */
 async function storeLogs(tx: Db, r: TaskReport, logs: readonly LogText[], now: number): Promise<void> {
   const kept = logs.filter((l) => l.text.length > 0);
   if (!kept.length) return;
@@ -138,7 +132,7 @@ async function storeLogs(tx: Db, r: TaskReport, logs: readonly LogText[], now: n
   const values: Record<string, unknown> = { taskId: r.taskId, attempt: r.attempt, now };
   for (const [i, l] of kept.entries()) {
     values[`step${i}`] = l.step;
-    values[`text${i}`] = storable(l.text);
+    values[`text${i}`] = toStorable(l.text);
   }
   await runCached(
     tx,

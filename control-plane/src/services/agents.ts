@@ -1,7 +1,6 @@
-import type { Agent, AgentPatch, PageQuery } from '@ffleet/shared';
+import { type Agent, type AgentPatch, type PageQuery, unstorableText } from '@ffleet/shared';
 import { and, count, desc, eq, inArray } from 'drizzle-orm';
 import { ConflictError, NotFoundError } from '../api/errors.ts';
-import { unstorableText } from '../api/http.ts';
 import type { Db } from '../db/client.ts';
 import { type AgentRow, toAgent } from '../db/mappers.ts';
 import { agents, taskIsRunning, tasks } from '../db/schema.ts';
