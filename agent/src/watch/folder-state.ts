@@ -28,6 +28,8 @@ export class FolderState {
   /** Why the root cannot be scanned; `''` when the last scan could read it. */
   rootError = '';
   unreadableDirs: { rel: string; code: string }[] = [];
+  /** Names that are not valid UTF-8 (see WalkResult): they cannot be processed until renamed. */
+  undecodable: string[] = [];
 
   constructor(growthChecks: number, intervalMs: number) {
     this.tracker = new GrowthTracker(growthChecks, intervalMs);
@@ -72,6 +74,12 @@ export class FolderState {
     if (this.unreadableDirs.length > 0) {
       const d = this.unreadableDirs[0]!;
       parts.push(`cannot read ${this.unreadableDirs.length} subdirectory(ies) (first: ${d.rel}: ${d.code})`);
+    }
+    if (this.undecodable.length > 0) {
+      parts.push(
+        `${this.undecodable.length} name(s) are not valid UTF-8 and cannot be processed until renamed ` +
+          `(first: ${this.undecodable[0]})`,
+      );
     }
     return parts.join('; ');
   }

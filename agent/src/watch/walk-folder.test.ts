@@ -73,6 +73,22 @@ describe('walkFolder', () => {
     expect(w.ok && w.files.map((f) => [f.rel, f.abs])).toEqual([['a.mov', join(link, 'a.mov')]]);
   });
 
+  it('reports names that are not valid UTF-8 instead of returning paths that do not exist', async () => {
+    // Latin-1 names (an old Windows share): byte 0xE9 is "é" there and no UTF-8 at all.
+    const raw = (rel: string) => Buffer.concat([Buffer.from(`${dirs.root}/`), Buffer.from(rel, 'latin1')]);
+    writeFileSync(raw('caf\u00e9.mov'), 'x');
+    mkdirSync(raw('d\u00e9j\u00e0'));
+    writeFileSync(Buffer.concat([raw('d\u00e9j\u00e0'), Buffer.from('/inner.mov')]), 'x');
+    put('fine.mov');
+    put('real-\uFFFD-char.mov'); // U+FFFD itself, as valid UTF-8: an ordinary name.
+    const w = await walkFolder(dirs.root, compileFilter({}));
+    expect(w.ok).toBe(true);
+    if (!w.ok) return;
+    expect(w.files.map((f) => f.rel).sort()).toEqual(['fine.mov', 'real-\uFFFD-char.mov']);
+    expect(w.undecodable.sort()).toEqual(['caf\uFFFD.mov', 'd\uFFFDj\uFFFD/']);
+    expect(w.unreadableDirs).toEqual([]);
+  });
+
   it('explains a missing root and a root that is a file', async () => {
     expect(await walkFolder(join(dirs.tmp, 'nope'), compileFilter({}))).toEqual({
       ok: false,

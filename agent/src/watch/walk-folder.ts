@@ -1,5 +1,5 @@
 import type { Dirent } from 'node:fs';
-import { readdir, stat } from 'node:fs/promises';
+import { lstat, readdir, stat } from 'node:fs/promises';
 import { sep } from 'node:path';
 import { type CompiledFilter, isCandidateName, isHiddenName, LOCK_SUFFIX } from './filter.ts';
 import { isLocalDirectory } from './sample-files.ts';
@@ -26,8 +26,26 @@ export type WalkResult =
       /** Every directory read, relative (`''` = the root). */
       dirs: string[];
       unreadableDirs: { rel: string; code: string }[];
+      /**
+       * Files and directories whose names are not valid UTF-8 (relative, with U+FFFD where the bytes
+       * did not decode). Node can only name them that way, a path that does not exist, so they can be
+       * neither read nor submitted: they are reported instead of being skipped in silence.
+       */
+      undecodable: string[];
     }
   | { ok: false; error: string };
+
+/** What Node puts in a name for bytes that are not UTF-8. */
+const REPLACEMENT = '\uFFFD';
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await lstat(path);
+    return true;
+  } catch {
+    return false;
+  }
+}
 
 /** Directories read at once by a walk; libuv has 4 threads by default, so more would only queue. */
 const WALK_PARALLEL = 4;
@@ -77,6 +95,9 @@ export async function walkFolder(
   const files: FoundFile[] = [];
   const locked: string[] = [];
   const unreadableDirs: { rel: string; code: string }[] = [];
+  const undecodable: string[] = [];
+  /** Candidates whose name holds U+FFFD: a real character, or bytes that are not UTF-8 (checked below). */
+  const suspects: FoundFile[] = [];
   const pending: string[] = [];
   const dirs: string[] = [];
   const collect = (relDir: string, entries: Dirent[], local: boolean): void => {
@@ -101,7 +122,7 @@ export async function walkFolder(
         continue;
       }
       const rel = relDir === '' ? name : `${relDir}/${name}`;
-      files.push({ rel, abs: `${prefix}${sep}${rel}`, local });
+      (name.includes(REPLACEMENT) ? suspects : files).push({ rel, abs: `${prefix}${sep}${rel}`, local });
     }
   };
   try {
@@ -126,12 +147,18 @@ export async function walkFolder(
         ]);
         collect(relDir, entries, local);
       } catch (err) {
-        // A directory removed between listing and reading is not a problem; anything else is reported.
+        // A directory removed between listing and reading is not a problem, unless its name did not
+        // decode (then it never existed under that name); anything else is reported.
         if (errorCode(err) !== 'ENOENT') unreadableDirs.push({ rel: relDir, code: errorCode(err) });
+        else if (relDir.includes(REPLACEMENT)) undecodable.push(`${relDir}/`);
       }
     }
   };
   // Workers that find the queue empty end early; restart them while directories keep appearing.
   while (pending.length > 0) await Promise.all(Array.from({ length: WALK_PARALLEL }, worker));
-  return { ok: true, files, locked, dirs, unreadableDirs };
+  for (const f of suspects) {
+    if (await exists(f.abs)) files.push(f);
+    else undecodable.push(f.rel);
+  }
+  return { ok: true, files, locked, dirs, unreadableDirs, undecodable };
 }

@@ -1,4 +1,4 @@
-import { appendFileSync, mkdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { appendFileSync, mkdirSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { WatchfolderFilter } from '@ffleet/shared';
 import { describe, expect, it } from 'vitest';
@@ -113,6 +113,22 @@ describe('WatchScanner path problems', () => {
     await waitFor(() => h.lastError() === '', 'a clean scan');
     rmSync(join(dirs.root, 'sub'), { recursive: true });
     await waitFor(() => h.lastError()?.includes('does not exist') === true, 'the error');
+  });
+
+  it('submits the other files and reports names that are not valid UTF-8 until they are renamed', async () => {
+    const latin1 = Buffer.concat([Buffer.from(`${dirs.root}/`), Buffer.from('caf\u00e9.mov', 'latin1')]);
+    writeFileSync(latin1, 'x');
+    put('good.mov');
+    const h = harness(assignmentFor(dirs.root)).start();
+    await waitFor(() => h.submits.length === 1, 'the good file');
+    expect(h.submits[0]).toMatchObject({ relativePath: 'good.mov' });
+    expect(h.lastError()).toBe(
+      '1 name(s) are not valid UTF-8 and cannot be processed until renamed (first: caf\uFFFD.mov)',
+    );
+    renameSync(latin1, join(dirs.root, 'cafe.mov'));
+    await waitFor(() => h.submits.length === 2, 'the renamed file');
+    expect(h.submits[1]).toMatchObject({ relativePath: 'cafe.mov' });
+    expect(h.lastError()).toBe('');
   });
 });
 

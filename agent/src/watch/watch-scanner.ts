@@ -196,6 +196,7 @@ export class WatchScanner {
       if (folder.rootError !== '') this.log.info('watchfolder readable again');
       folder.rootError = '';
       folder.unreadableDirs = walk.unreadableDirs;
+      folder.undecodable = walk.undecodable;
       if (locked !== undefined) folder.locked = locked;
       await this.checkScanned(epoch, folder, walk.files, startedAt, walk.unreadableDirs.length === 0);
       if (epoch !== this.epoch) return;
