@@ -40,7 +40,8 @@ class ReimportError extends Error {}
  * changed value, an added or removed key or a changed type fails with an error naming the path.
  * So does what the API would refuse at creation and the database cannot store: a NUL or an unpaired
  * UTF-16 surrogate in any string or key (a script's `"\udcff"` escape of an undecodable file name),
- * a `__proto__` key, nesting deeper than 64 levels. On success the changed fields come back as a patch (`resolved` values stay `""` until resolution).
+ * a `__proto__` key, nesting deeper than 64 levels. On success the changed fields come back as a
+ * patch (`resolved` values stay `""` until resolution).
  */
 export function validateReimport(written: Task, readText: string): ReimportResult {
   let read: unknown;
