@@ -158,6 +158,44 @@ describe.each(TEST_BROKER_KINDS)('ControlPlaneClient on $kind', ({ start }) => {
     expect(cp.connected).toBe(true);
   });
 
+  it('hands on every string PostgreSQL cannot store (NUL, unpaired surrogate) as U+FFFD', async () => {
+    // Without it a report or birth holding one failed its transaction for ever (jsonb refuses them).
+    const cp = await startCp();
+    const births: AgentBirth[] = [];
+    const beats: AgentHeartbeat[] = [];
+    const reports: TaskReport[] = [];
+    cp.onBirth((_id, b) => void births.push(b));
+    cp.onHeartbeat((_id, hb) => void beats.push(hb));
+    cp.onReport((_id, r) => void reports.push(r));
+    const agent = await rawAgent('agent-2');
+    const birth = { ...sampleBirth('agent-2'), hostname: 'h\udcff', encoders: ['libx264', 'odd\u0000enc'] };
+    const hb: AgentHeartbeat = {
+      bootId: 'b',
+      freeSlots: 0,
+      running: [{ taskId: 't', attempt: 1, leaseToken: 'l\u0000' }],
+      ts: 1,
+    };
+    const odd: TaskReport = {
+      kind: 'update',
+      taskId: 't1',
+      attempt: 1,
+      leaseToken: 'lease',
+      seq: 2,
+      patch: { metadata: { 'file\udcff': 'clip-\ud800.mov', pair: '\ud83c\udfac' }, error: 'e\u0000' },
+      logs: [{ step: 'pre', text: 'lone \udfff\n' }],
+    };
+    await agent.publishAsync(agentTopic('agent-2', 'status'), JSON.stringify(birth), { qos: 1 });
+    await agent.publishAsync(agentTopic('agent-2', 'heartbeat'), JSON.stringify(hb), { qos: 1 });
+    await agent.publishAsync(agentTopic('agent-2', 'events'), JSON.stringify(odd), { qos: 1 });
+    await waitFor(() => births.length + beats.length + reports.length === 3, 'the three messages');
+    expect(births[0]).toMatchObject({ hostname: 'h\uFFFD', encoders: ['libx264', 'odd\uFFFDenc'] });
+    expect(beats[0]!.running).toEqual([{ taskId: 't', attempt: 1, leaseToken: 'l\uFFFD' }]);
+    expect(reports[0]).toMatchObject({
+      patch: { metadata: { 'file\uFFFD': 'clip-\uFFFD.mov', pair: '🎬' }, error: 'e\uFFFD' },
+      logs: [{ step: 'pre', text: 'lone \uFFFD\n' }],
+    });
+  });
+
   it('survives handlers that throw or reject', async () => {
     const { logger, records } = captureLogger();
     const cp = await startCp({ logger });

@@ -14,6 +14,7 @@ import {
   parseMessage,
   RESYNC_TOPIC,
   TaskReport,
+  toStorable,
   WORK_TOPIC,
 } from '@ffleet/shared';
 import {
@@ -24,6 +25,7 @@ import {
   MqttClient,
 } from 'mqtt';
 import type { Logger } from 'pino';
+import type { z } from 'zod';
 
 export interface ControlPlaneClientOptions {
   url: string;
@@ -263,31 +265,40 @@ export class ControlPlaneClient extends EventEmitter<{ connection: [connected: b
     }
   }
 
-  /** Parse by topic kind and hand to the handlers; false when the payload does not fit its schema. */
+  /**
+   * Parse by topic kind and hand to the handlers; false when the payload does not fit its schema.
+   * Every string of an agent's message (keys too) reaches the handlers storable (toStorable): a NUL a
+   * transcoder printed, or an unpaired surrogate in a sidecar's metadata, is U+FFFD from here on, so
+   * no report, birth or request can fail its transaction for ever on text PostgreSQL refuses.
+   */
   private deliver(agentId: string, kind: AgentTopicKind, payload: Buffer, retained: boolean): boolean {
+    const parse = <T>(schema: z.ZodType<T>): T | null => {
+      const message = parseMessage(schema, payload);
+      return message === null ? null : toStorable(message);
+    };
     switch (kind) {
       case 'status': {
-        const birth = parseMessage(AgentBirth, payload);
+        const birth = parse(AgentBirth);
         if (birth) this.call(this.handlers.birth, agentId, [agentId, birth, retained]);
         return birth !== null;
       }
       case 'hello': {
-        const hello = parseMessage(AgentHello, payload);
+        const hello = parse(AgentHello);
         if (hello) this.call(this.handlers.hello, agentId, [agentId, hello]);
         return hello !== null;
       }
       case 'heartbeat': {
-        const hb = parseMessage(AgentHeartbeat, payload);
+        const hb = parse(AgentHeartbeat);
         if (hb) this.call(this.handlers.heartbeat, agentId, [agentId, hb]);
         return hb !== null;
       }
       case 'requests': {
-        const req = parseMessage(AgentRequest, payload);
+        const req = parse(AgentRequest);
         if (req) this.call(this.handlers.request, agentId, [agentId, req]);
         return req !== null;
       }
       case 'events': {
-        const report = parseMessage(TaskReport, payload);
+        const report = parse(TaskReport);
         if (report) this.call(this.handlers.report, agentId, [agentId, report]);
         return report !== null;
       }

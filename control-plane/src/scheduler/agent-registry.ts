@@ -1,21 +1,12 @@
 import { randomUUID } from 'node:crypto';
-import { type AgentBirth, toStorable } from '@ffleet/shared';
+import type { AgentBirth } from '@ffleet/shared';
 import { and, eq, lt, sql } from 'drizzle-orm';
 import type { Db } from '../db/client.ts';
 import type { AgentRow } from '../db/mappers.ts';
 import { agents } from '../db/schema.ts';
 
-/**
- * Record an agent's birth (online) or will (offline). The name is the identity: same name, same record.
- * Its strings are stored through toStorable: a NUL in a probed encoder name must not keep the agent out.
- */
-export async function recordBirth(
-  db: Db,
-  name: string,
-  reported: AgentBirth,
-  now: number,
-): Promise<AgentRow> {
-  const birth = toStorable(reported);
+/** Record an agent's birth (online) or will (offline). The name is the identity: same name, same record. */
+export async function recordBirth(db: Db, name: string, birth: AgentBirth, now: number): Promise<AgentRow> {
   if (birth.state === 'offline') {
     // A will from an older connection (other bootId) must not mark the live session offline.
     const [row] = await db

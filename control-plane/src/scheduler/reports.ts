@@ -1,11 +1,4 @@
-import {
-  isDoneStatus,
-  type LogText,
-  type TaskPatch,
-  type TaskReport,
-  type TaskStatus,
-  toStorable,
-} from '@ffleet/shared';
+import { isDoneStatus, type LogText, type TaskPatch, type TaskReport, type TaskStatus } from '@ffleet/shared';
 import { and, eq, inArray, lt } from 'drizzle-orm';
 import type { Db } from '../db/client.ts';
 import type { TaskRow } from '../db/mappers.ts';
@@ -37,8 +30,7 @@ for (const [from, tos] of Object.entries(ALLOWED)) {
   for (const to of tos) ALLOWED_FROM.set(to, [...(ALLOWED_FROM.get(to) ?? []), from as TaskStatus]);
 }
 
-function columnsOf(raw: TaskPatch): Partial<typeof tasks.$inferInsert> {
-  const p = toStorable(raw);
+function columnsOf(p: TaskPatch): Partial<typeof tasks.$inferInsert> {
   const set: Partial<typeof tasks.$inferInsert> = {};
   if (p.status !== undefined) set.status = p.status;
   if (p.progress !== undefined) set.progress = p.progress;
@@ -76,7 +68,8 @@ function fence(row: TaskRow | null, r: TaskReport): ReportOutcome | null {
  * the status move checked, the lease renewed, events written in the same transaction. The common case (the current attempt of a task this
  * agent runs, a new seq, a legal move) is ONE fenced `UPDATE … WHERE id, attempt, lease token, agent,
  * report_seq < seq, status RETURNING`; only when that matches nothing is the row read and the report
- * classified (duplicate, stale, rejected, hand-back).
+ * classified (duplicate, stale, rejected, hand-back). The report's strings are storable already: the
+ * control plane's MQTT client passes every agent message through toStorable.
  */
 export async function applyReportIn(
   tx: Db,
@@ -124,7 +117,7 @@ function updateReportColumns(c: ReportCall, patch: TaskPatch, finished: boolean)
 /** A patch of progress fields only (its event is marked progress-only for subscribers). */
 const isProgressOnly = (patch: TaskPatch): boolean => Object.keys(patch).every((k) => PROGRESS_KEYS.has(k));
 
-/** Keep captured output (through toStorable) as rows of the task's logs, in order; empty texts are skipped. */
+/** Keep captured output as rows of the task's logs, in order; empty texts are skipped. */
 async function storeLogs(tx: Db, r: TaskReport, logs: readonly LogText[], now: number): Promise<void> {
   const kept = logs.filter((l) => l.text.length > 0);
   if (!kept.length) return;
@@ -132,7 +125,7 @@ async function storeLogs(tx: Db, r: TaskReport, logs: readonly LogText[], now: n
   const values: Record<string, unknown> = { taskId: r.taskId, attempt: r.attempt, now };
   for (const [i, l] of kept.entries()) {
     values[`step${i}`] = l.step;
-    values[`text${i}`] = toStorable(l.text);
+    values[`text${i}`] = l.text;
   }
   await runCached(
     tx,

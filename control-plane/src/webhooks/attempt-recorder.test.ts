@@ -9,7 +9,7 @@ import {
 } from '../../../test/webhooks/fixtures.ts';
 import { AttemptRecorder } from './attempt-recorder.ts';
 import { type ClaimedDelivery, claimDeliveries } from './claim-deliveries.ts';
-import { decideOutcome, type FinishedAttempt, MAX_ATTEMPTS, toStorableText } from './record-attempt.ts';
+import { decideOutcome, type FinishedAttempt, MAX_ATTEMPTS } from './record-attempt.ts';
 import type { AttemptResult } from './send-webhook.ts';
 
 const request = { method: 'POST' as const, headers: { 'webhook-id': 'e' }, body: '{}' };
@@ -42,10 +42,6 @@ describe('decideOutcome', () => {
     expect(MAX_ATTEMPTS).toBe(4);
     expect(decideOutcome(failed(), 4, 100)).toEqual({ state: 'failed' });
     expect(decideOutcome(failed(true), 1, 100)).toEqual({ state: 'failed' });
-  });
-
-  it('makes NULs and lone surrogates storable', () => {
-    expect(toStorableText('a\u0000b\ud800c\udc00 \ud83d\ude00')).toBe('a\ufffdb\ufffdc\ufffd \ud83d\ude00');
   });
 });
 

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { toStorable } from '@ffleet/shared';
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/client.ts';
 import type { ClaimedDelivery } from './claim-deliveries.ts';
@@ -21,15 +22,6 @@ export function decideOutcome(result: AttemptResult, attempt: number, now: numbe
   return { state: 'pending', nextAttemptAt: now + delay };
 }
 
-// PostgreSQL text and jsonb reject U+0000 and jsonb rejects lone surrogates; receivers can send both.
-const UNSTORABLE = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
-
-/** Make receiver-controlled text storable: NULs and lone surrogates become U+FFFD. */
-export const toStorableText = (s: string): string => s.replace(UNSTORABLE, '\ufffd');
-
-const storableHeaders = (h: Record<string, string>): Record<string, string> =>
-  Object.fromEntries(Object.entries(h).map(([k, v]) => [toStorableText(k), toStorableText(v)]));
-
 /** One finished attempt to record: the claimed delivery, what happened, and what happens next. */
 export type FinishedAttempt = {
   delivery: ClaimedDelivery;
@@ -39,8 +31,9 @@ export type FinishedAttempt = {
   now: number;
 };
 
+/** Receiver-controlled text (the error, headers, body) goes through toStorable: receivers send NULs too. */
 function toRecord({ delivery, result, outcome, now }: FinishedAttempt) {
-  const error = result.ok ? '' : toStorableText(result.error);
+  const error = result.ok ? '' : toStorable(result.error);
   return {
     execution_id: randomUUID(),
     delivery_id: delivery.id,
@@ -49,11 +42,11 @@ function toRecord({ delivery, result, outcome, now }: FinishedAttempt) {
     event: delivery.event,
     url: delivery.url,
     attempt: delivery.attempts + 1,
-    request: { ...result.request, headers: storableHeaders(result.request.headers) },
+    request: { ...result.request, headers: toStorable(result.request.headers) },
     response: result.response && {
       status: result.response.status,
-      headers: storableHeaders(result.response.headers),
-      body: toStorableText(result.response.body),
+      headers: toStorable(result.response.headers),
+      body: toStorable(result.response.body),
     },
     error,
     success: result.ok,
