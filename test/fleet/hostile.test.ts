@@ -7,9 +7,10 @@
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { agentTopic, WORK_TOPIC } from '@ffleet/shared';
-import { connectAsync, type MqttClient } from 'mqtt';
+import type { MqttClient } from 'mqtt';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { FleetAgent } from '../../agent/src/fleet-agent.ts';
+import { connectRaw, sampleBirth } from '../../control-plane/src/broker/test-brokers.ts';
 import {
   CLUSTER_START_TIMEOUT_MS,
   clusterHooks,
@@ -34,16 +35,12 @@ clusterHooks(() => c);
 
 const out = (name: string) => join(c.dir, 'out', name);
 
-/** A raw MQTT client holding an agent's valid credentials (no reconnects, MQTT 3.1.1). */
-const connectAsAgent = (name: string): Promise<MqttClient> =>
-  connectAsync(c.mqttUrl, {
-    clientId: name,
-    username: name,
-    password: c.agentToken,
-    clean: true,
-    reconnectPeriod: 0,
-    protocolVersion: 4,
-  });
+/** A raw MQTT client holding an agent's valid credentials. */
+async function connectAsAgent(name: string): Promise<MqttClient> {
+  const r = await connectRaw(c.mqttUrl, { username: name, password: c.agentToken });
+  if (!r.ok) throw new Error(r.error);
+  return r.client;
+}
 
 describe('hostile task definitions', () => {
   it('fails the task when the re-imported pre-processing sidecar is not JSON', async () => {
@@ -172,20 +169,10 @@ describe('garbage from an authenticated agent client', () => {
       await odd.publishAsync(
         agentTopic(name, 'status'),
         JSON.stringify({
-          state: 'online',
-          bootId: 'b-1',
-          name,
-          version: '9.9.9',
-          protocol: 1,
+          ...sampleBirth(name),
           hostname: 'host-\udcff',
-          os: 'linux',
-          arch: 'x64',
           transcoder: { path: '/opt/ff\udcffmpeg', version: '5.1' },
           encoders: ['libx264', 'odd\u0000enc'],
-          hwaccels: [],
-          labels: [],
-          slots: 1,
-          ts: Date.now(),
         }),
         { qos: 1 },
       );

@@ -10,10 +10,8 @@ import {
   DeliveryDispatcher,
   type DeliveryDispatcherOptions,
 } from '../../control-plane/src/webhooks/delivery-dispatcher.ts';
-import { type DbKind, postgresAvailable } from '../helpers/db.ts';
 
-/** Both backends when the PostgreSQL server is reachable (style: dual-backend database tests). */
-export const dbKinds: DbKind[] = (await postgresAvailable()) ? ['pglite', 'postgres'] : ['pglite'];
+export { dbKinds } from '../helpers/db-kinds.ts';
 
 export const silent = pino({ level: 'silent' });
 export const USER_AGENT = `ffleet/${VERSION}`;

@@ -112,9 +112,12 @@ export function sampleUnlockedFiles(abs: readonly string[]): Promise<(FileSample
 }
 
 /** True when `<abs>.lock` exists (any kind of entry counts, as in the directory-listing check). */
-export async function hasLockFile(abs: string): Promise<boolean> {
+export const hasLockFile = (abs: string): Promise<boolean> => pathExists(abs + LOCK_SUFFIX);
+
+/** True when an entry of any kind (a dangling symlink too) is at `path`; not followed. */
+export async function pathExists(path: string): Promise<boolean> {
   try {
-    await lstat(abs + LOCK_SUFFIX);
+    await lstat(path);
     return true;
   } catch {
     return false;

@@ -1,8 +1,8 @@
 import type { Dirent } from 'node:fs';
-import { lstat, readdir, stat } from 'node:fs/promises';
+import { readdir, stat } from 'node:fs/promises';
 import { sep } from 'node:path';
 import { type CompiledFilter, isCandidateName, isHiddenName, LOCK_SUFFIX } from './filter.ts';
-import { isLocalDirectory } from './sample-files.ts';
+import { isLocalDirectory, pathExists } from './sample-files.ts';
 
 /** A file that passed the name rules and has no lock beside it. */
 export type FoundFile = {
@@ -37,15 +37,6 @@ export type WalkResult =
 
 /** What Node puts in a name for bytes that are not UTF-8. */
 const REPLACEMENT = '\uFFFD';
-
-async function exists(path: string): Promise<boolean> {
-  try {
-    await lstat(path);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 /** Directories read at once by a walk; libuv has 4 threads by default, so more would only queue. */
 const WALK_PARALLEL = 4;
@@ -157,7 +148,7 @@ export async function walkFolder(
   // Workers that find the queue empty end early; restart them while directories keep appearing.
   while (pending.length > 0) await Promise.all(Array.from({ length: WALK_PARALLEL }, worker));
   for (const f of suspects) {
-    if (await exists(f.abs)) files.push(f);
+    if (await pathExists(f.abs)) files.push(f);
     else undecodable.push(f.rel);
   }
   return { ok: true, files, locked, dirs, unreadableDirs, undecodable };

@@ -4,7 +4,6 @@ import {
   type AgentHello,
   type AgentRequest,
   agentTopic,
-  PROTOCOL_VERSION,
   type TaskReport,
   WORK_TOPIC,
 } from '@ffleet/shared';
@@ -16,31 +15,13 @@ import {
   captureLogger,
   connectRaw,
   findFreePort,
+  sampleBirth,
   TEST_BROKER_KINDS,
   type TestBroker,
   waitFor,
 } from './test-brokers.ts';
 
 const silent = pino({ level: 'silent' });
-
-function sampleBirth(name: string): AgentBirth {
-  return {
-    state: 'online',
-    bootId: 'boot-1',
-    name,
-    version: '0.1.0',
-    protocol: PROTOCOL_VERSION,
-    hostname: 'host',
-    os: 'linux',
-    arch: 'x64',
-    transcoder: { path: '/usr/bin/ffmpeg', version: '5.1' },
-    encoders: ['libx264'],
-    hwaccels: [],
-    labels: [],
-    slots: 2,
-    ts: 1,
-  };
-}
 
 const report = (seq: number): TaskReport => ({
   kind: 'update',

@@ -7,6 +7,7 @@ import { createServer } from 'node:net';
 import { tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
+import { type AgentBirth, PROTOCOL_VERSION } from '@ffleet/shared';
 import { connectAsync, type ErrorWithReasonCode, type MqttClient } from 'mqtt';
 import pino from 'pino';
 import { EmbeddedBroker } from './embedded-broker.ts';
@@ -175,4 +176,24 @@ export async function connectRaw(
   } catch (err) {
     return { ok: false, code: (err as ErrorWithReasonCode).code, error: (err as Error).message };
   }
+}
+
+/** A valid online birth for `name` (an agent with ffmpeg and libx264, two slots). */
+export function sampleBirth(name: string): AgentBirth {
+  return {
+    state: 'online',
+    bootId: 'boot-1',
+    name,
+    version: '0.1.0',
+    protocol: PROTOCOL_VERSION,
+    hostname: 'host',
+    os: 'linux',
+    arch: 'x64',
+    transcoder: { path: '/usr/bin/ffmpeg', version: '5.1' },
+    encoders: ['libx264'],
+    hwaccels: [],
+    labels: [],
+    slots: 2,
+    ts: 1,
+  };
 }

@@ -2,11 +2,9 @@ import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { insertAgent, json, VALID } from '../../../test/api/support.ts';
 import { useTestApp } from '../../../test/helpers/app.ts';
-import { postgresAvailable } from '../../../test/helpers/db.ts';
+import { dbKinds } from '../../../test/helpers/db-kinds.ts';
 import { agentCapabilities, claimTasksIn, textArrayLiteral } from './claim.ts';
 import { GroupCommit } from './group-commit.ts';
-
-const PG = await postgresAvailable();
 
 /** Values an agent's birth may carry as encoder or hwaccel names: anything a JSON string holds. */
 const HOSTILE = [
@@ -34,51 +32,42 @@ describe('textArrayLiteral', () => {
   });
 });
 
-describe.each([
-  ['pglite', true],
-  ['postgres', PG],
-] as const)('claims on %s', (kind, available) => {
-  describe.skipIf(!available)('', () => {
-    const t = useTestApp({ kind });
+describe.each(dbKinds)('claims on %s', (kind) => {
+  const t = useTestApp({ kind });
 
-    it('binds any text values as one text[] parameter and reads them back unchanged', async () => {
-      const [row] = await t.db.rows<{ a: string[] }>(
-        t.db.db,
-        sql`SELECT ${textArrayLiteral(HOSTILE)}::text[] AS a`,
-      );
-      expect(row!.a).toEqual(HOSTILE);
-    });
+  it('binds any text values as one text[] parameter and reads them back unchanged', async () => {
+    const [row] = await t.db.rows<{ a: string[] }>(
+      t.db.db,
+      sql`SELECT ${textArrayLiteral(HOSTILE)}::text[] AS a`,
+    );
+    expect(row!.a).toEqual(HOSTILE);
+  });
 
-    it('matches requires against ~230 capabilities, hostile names included', async () => {
-      // As many capabilities as an agent with Debian's ffmpeg offers (one per encoder).
-      const encoders = [...Array.from({ length: 230 }, (_, i) => `enc${i}`), ...HOSTILE];
-      const agent = await insertAgent(t.db, { encoders });
-      // The list the fleet makes of an agent row (labels, encoder:…, hwaccel:…, agent:…, os:…, arch:…).
-      const caps = agentCapabilities({ ...agent, labels: agent.reportedLabels });
-      expect(caps).toHaveLength(encoders.length + 4);
-      const post = async (requires: string[]) =>
-        (
-          await json<{ id: string }>(
-            await t.call('POST', '/api/v1/tasks', { ...VALID.task(), requires }),
-            201,
-          )
-        ).id;
-      const wanted = await post(['encoder:enc229', 'encoder:enc0']);
-      const other = await post(['encoder:missing']);
-      const smuggled = await post(['encoder:smuggled']);
-      const group = new GroupCommit(t.ctx);
-      const claim = () =>
-        group.run((tx, ev) =>
-          claimTasksIn(tx, ev, Date.now(), { id: agent.id, name: agent.name, capabilities: caps }, 5, 60_000),
-        );
-      expect((await claim()).map((c) => c.task.id)).toEqual([wanted]);
-      // Nothing else it can run: neither the missing encoder nor the one only a hostile name spells out.
-      expect(await claim()).toEqual([]);
-      const rest = await t.db.rows<{ id: string; status: string }>(
-        t.db.db,
-        sql`SELECT id, status FROM tasks WHERE id IN (${other}, ${smuggled}) ORDER BY id`,
+  it('matches requires against ~230 capabilities, hostile names included', async () => {
+    // As many capabilities as an agent with Debian's ffmpeg offers (one per encoder).
+    const encoders = [...Array.from({ length: 230 }, (_, i) => `enc${i}`), ...HOSTILE];
+    const agent = await insertAgent(t.db, { encoders });
+    // The list the fleet makes of an agent row (labels, encoder:…, hwaccel:…, agent:…, os:…, arch:…).
+    const caps = agentCapabilities({ ...agent, labels: agent.reportedLabels });
+    expect(caps).toHaveLength(encoders.length + 4);
+    const post = async (requires: string[]) =>
+      (await json<{ id: string }>(await t.call('POST', '/api/v1/tasks', { ...VALID.task(), requires }), 201))
+        .id;
+    const wanted = await post(['encoder:enc229', 'encoder:enc0']);
+    const other = await post(['encoder:missing']);
+    const smuggled = await post(['encoder:smuggled']);
+    const group = new GroupCommit(t.ctx);
+    const claim = () =>
+      group.run((tx, ev) =>
+        claimTasksIn(tx, ev, Date.now(), { id: agent.id, name: agent.name, capabilities: caps }, 5, 60_000),
       );
-      expect(rest.map((r) => r.status)).toEqual(['QUEUED', 'QUEUED']);
-    });
+    expect((await claim()).map((c) => c.task.id)).toEqual([wanted]);
+    // Nothing else it can run: neither the missing encoder nor the one only a hostile name spells out.
+    expect(await claim()).toEqual([]);
+    const rest = await t.db.rows<{ id: string; status: string }>(
+      t.db.db,
+      sql`SELECT id, status FROM tasks WHERE id IN (${other}, ${smuggled}) ORDER BY id`,
+    );
+    expect(rest.map((r) => r.status)).toEqual(['QUEUED', 'QUEUED']);
   });
 });
