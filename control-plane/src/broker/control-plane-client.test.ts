@@ -168,9 +168,14 @@ describe.each(TEST_BROKER_KINDS)('ControlPlaneClient on $kind', ({ start }) => {
     await agent.publishAsync(agentTopic('agent-2', 'status'), JSON.stringify(birth), { qos: 1 });
     await agent.publishAsync(agentTopic('agent-2', 'heartbeat'), JSON.stringify(hb), { qos: 1 });
     await agent.publishAsync(agentTopic('agent-2', 'events'), JSON.stringify(odd), { qos: 1 });
-    await waitFor(() => births.length + beats.length + reports.length === 3, 'the three messages');
+    // No escape at all (the payload skips the copy): a surrogate as raw CESU-8 bytes, which are not UTF-8.
+    const [head, tail] = JSON.stringify({ ...hb, bootId: 'raw-@', running: [] }).split('@');
+    const rawBeat = Buffer.concat([Buffer.from(head!), Buffer.from([0xed, 0xb3, 0xbf]), Buffer.from(tail!)]);
+    await agent.publishAsync(agentTopic('agent-2', 'heartbeat'), rawBeat, { qos: 1 });
+    await waitFor(() => births.length + beats.length + reports.length === 4, 'the four messages');
     expect(births[0]).toMatchObject({ hostname: 'h\uFFFD', encoders: ['libx264', 'odd\uFFFDenc'] });
     expect(beats[0]!.running).toEqual([{ taskId: 't', attempt: 1, leaseToken: 'l\uFFFD' }]);
+    expect(beats[1]!.bootId).toMatch(/^raw-\uFFFD+$/);
     expect(reports[0]).toMatchObject({
       patch: { metadata: { 'file\uFFFD': 'clip-\uFFFD.mov', pair: '🎬' }, error: 'e\uFFFD' },
       logs: [{ step: 'pre', text: 'lone \uFFFD\n' }],

@@ -269,12 +269,15 @@ export class ControlPlaneClient extends EventEmitter<{ connection: [connected: b
    * Parse by topic kind and hand to the handlers; false when the payload does not fit its schema.
    * Every string of an agent's message (keys too) reaches the handlers storable (toStorable): a NUL a
    * transcoder printed, or an unpaired surrogate in a sidecar's metadata, is U+FFFD from here on, so
-   * no report, birth or request can fail its transaction for ever on text PostgreSQL refuses.
+   * no report, birth or request can fail its transaction for ever on text PostgreSQL refuses. JSON can
+   * only carry those as `\u` escapes (a raw NUL is not JSON, and bytes that are not UTF-8 decode to
+   * U+FFFD), so a payload without a `\u` is storable as it is and is not copied.
    */
   private deliver(agentId: string, kind: AgentTopicKind, payload: Buffer, retained: boolean): boolean {
+    const escaped = payload.includes('\\u');
     const parse = <T>(schema: z.ZodType<T>): T | null => {
       const message = parseMessage(schema, payload);
-      return message === null ? null : toStorable(message);
+      return message !== null && escaped ? toStorable(message) : message;
     };
     switch (kind) {
       case 'status': {
