@@ -18,6 +18,7 @@ import { Outbox } from './outbox/outbox.ts';
 import {
   coalescingReporter,
   FENCED_OUT,
+  nativeSpawnStatus,
   probeTranscoder,
   type ReportBody,
   resolveTranscoder,
@@ -117,6 +118,13 @@ export class FleetAgent {
     if (orphans.length)
       this.#log.warn({ groups: orphans }, 'killed processes a previous run of this agent left behind');
     await this.#outbox.start();
+    const spawner = nativeSpawnStatus();
+    if (spawner.available) this.#log.info('processes start through posix_spawn (native spawner)');
+    else
+      this.#log.info(
+        { reason: spawner.reason },
+        "processes start through Node's spawn (native spawner not used)",
+      );
     await this.#probe();
     const session = new AgentSession({
       url: this.#cfg.mqttUrl,

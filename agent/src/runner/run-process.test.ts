@@ -5,11 +5,13 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { listGroupMembers } from './fixtures/live-processes.ts';
+import { nativeSpawnStatus } from './native-spawn.ts';
 import {
   CAPTURE_POLL_MS,
   defaultCaptureDir,
   isWritableTmpfs,
-  runProcess,
+  type RunProcessOptions,
+  runProcess as runWith,
   STDIO_DRAIN_MS,
 } from './run-process.ts';
 
@@ -60,7 +62,15 @@ afterEach(() => {
   }
 });
 
-describe('runProcess', () => {
+/**
+ * Every case runs through both ways of starting a process: Node's spawn, and the native spawner where
+ * it is built (it is wherever `npm install` found a C compiler, as on CI: native-spawn.test.ts checks).
+ */
+const spawners = nativeSpawnStatus().available ? (['node', 'native'] as const) : (['node'] as const);
+
+describe.each(spawners)('runProcess (%s spawner)', (spawner) => {
+  const runProcess = (o: RunProcessOptions) => runWith({ spawner, ...o });
+
   it('runs an executable without a shell and reports success with line-split output', async () => {
     const out: string[] = [];
     const err: string[] = [];

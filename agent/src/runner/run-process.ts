@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import {
   accessSync,
@@ -16,6 +16,7 @@ import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { StringDecoder } from 'node:string_decoder';
 import { LineSplitter } from './line-splitter.ts';
+import { spawnNative } from './native-spawn.ts';
 import { TailBuffer } from './tail-buffer.ts';
 
 /** Time a canceled process group gets between SIGTERM and SIGKILL: ffmpeg finalises a file in well under it. */
@@ -95,6 +96,12 @@ export interface RunProcessOptions {
   captureDir?: string | null;
   /** See {@link CAPTURE_TRUNCATE_BYTES} (tests set it low). */
   captureTruncateBytes?: number;
+  /**
+   * How the process is started when its output is captured to files: `native` (default) through
+   * posix_spawn when the native spawner is built (native-spawn.ts), else, and with `node`, through
+   * Node's `child_process.spawn`, which forks the agent. Both behave the same.
+   */
+  spawner?: 'native' | 'node';
 }
 
 export interface RunProcessResult {
@@ -139,30 +146,49 @@ export function runProcess(options: RunProcessOptions): Promise<RunProcessResult
     const files = openCaptureFiles(
       options.captureDir === undefined ? defaultCaptureDir() : options.captureDir,
     );
-    let child: ReturnType<typeof spawn>;
-    try {
-      child = spawn(options.file, [...options.args], {
-        shell: false,
-        // A process group of its own, so cancel reaches grandchildren (a script's ffmpeg, a shell's sleep).
-        detached: true,
-        env: options.env ?? process.env,
-        cwd: options.cwd,
-        stdio: files ? ['ignore', files[0], files[1]] : ['ignore', 'pipe', 'pipe'],
-      });
-    } catch (err) {
-      // Synchronous spawn failures (e.g. an argument with a NUL byte) are values too.
-      if (files) for (const fd of files) closeSync(fd);
-      resolve({
-        ok: false,
-        code: null,
-        signal: null,
-        stdoutTail: '',
-        stderrTail: '',
-        error: (err as Error).message,
-        canceled: false,
-      });
-      return;
+    const env = options.env ?? process.env;
+    // Captured to files, the process needs no pipes: posix_spawn can start it (see native-spawn.ts).
+    const nativePid =
+      files && options.spawner !== 'node'
+        ? spawnNative(
+            {
+              file: options.file,
+              args: options.args,
+              env,
+              cwd: options.cwd,
+              stdout: files[0],
+              stderr: files[1],
+            },
+            (code, sig) => finish({ code, signal: sig }),
+          )
+        : undefined;
+    let child: ChildProcess | undefined;
+    if (nativePid === undefined) {
+      try {
+        child = spawn(options.file, [...options.args], {
+          shell: false,
+          // A process group of its own, so cancel reaches grandchildren (a script's ffmpeg, a shell's sleep).
+          detached: true,
+          env,
+          cwd: options.cwd,
+          stdio: files ? ['ignore', files[0], files[1]] : ['ignore', 'pipe', 'pipe'],
+        });
+      } catch (err) {
+        // Synchronous spawn failures (e.g. an argument with a NUL byte) are values too.
+        if (files) for (const fd of files) closeSync(fd);
+        resolve({
+          ok: false,
+          code: null,
+          signal: null,
+          stdoutTail: '',
+          stderrTail: '',
+          error: (err as Error).message,
+          canceled: false,
+        });
+        return;
+      }
     }
+    const pid = (): number | undefined => nativePid ?? child?.pid;
 
     let canceled = false;
     let settled = false;
@@ -171,10 +197,10 @@ export function runProcess(options: RunProcessOptions): Promise<RunProcessResult
     const truncateAt = options.captureTruncateBytes ?? CAPTURE_TRUNCATE_BYTES;
     const stdoutLines = files
       ? captureLines(files[0], stdoutTail, options.onStdoutLine, truncateAt)
-      : attachLines(child.stdout, stdoutTail, options.onStdoutLine);
+      : attachLines(child?.stdout ?? null, stdoutTail, options.onStdoutLine);
     const stderrLines = files
       ? captureLines(files[1], stderrTail, options.onStderrLine, truncateAt)
-      : attachLines(child.stderr, stderrTail, options.onStderrLine);
+      : attachLines(child?.stderr ?? null, stderrTail, options.onStderrLine);
     const pollTimer = files
       ? setInterval(() => {
           stdoutLines.read();
@@ -183,16 +209,17 @@ export function runProcess(options: RunProcessOptions): Promise<RunProcessResult
       : undefined;
 
     const killGroup = (sig: NodeJS.Signals): void => {
-      if (child.pid === undefined) return;
+      const leader = pid();
+      if (leader === undefined) return;
       try {
-        process.kill(-child.pid, sig);
+        process.kill(-leader, sig);
       } catch {
         // ESRCH: the group is already gone.
       }
     };
 
     const onAbort = (): void => {
-      if (settled || child.pid === undefined) return;
+      if (settled || pid() === undefined) return;
       canceled = true;
       // Fenced out: another attempt owns the output now, so no grace in which ffmpeg could write a trailer.
       if (signal?.reason === FENCED_OUT) {
@@ -203,9 +230,7 @@ export function runProcess(options: RunProcessOptions): Promise<RunProcessResult
       killTimer = setTimeout(() => killGroup('SIGKILL'), graceMs);
     };
 
-    const finish = (
-      result: Omit<RunProcessResult, 'stdoutTail' | 'stderrTail' | 'canceled' | 'ok'>,
-    ): void => {
+    function finish(result: Omit<RunProcessResult, 'stdoutTail' | 'stderrTail' | 'canceled' | 'ok'>): void {
       if (settled) return;
       settled = true;
       clearTimeout(killTimer);
@@ -225,26 +250,29 @@ export function runProcess(options: RunProcessOptions): Promise<RunProcessResult
         stdoutTail: stdoutTail.toString(),
         stderrTail: stderrTail.toString(),
       });
-    };
+    }
 
-    child.on('error', (err) => {
-      // Spawn failures (ENOENT, EACCES) arrive here with no pid; the process never ran.
-      if (child.pid === undefined) finish({ code: null, signal: null, error: err.message });
-    });
-    child.once('exit', () => {
-      // Captured to files: everything the process wrote is there now (a grandchild still writing to
-      // them holds nobody up).
-      if (files) {
-        finish({ code: child.exitCode, signal: child.signalCode });
-        return;
-      }
-      drainTimer = setTimeout(() => {
-        child.stdout?.destroy();
-        child.stderr?.destroy();
-        finish({ code: child.exitCode, signal: child.signalCode });
-      }, STDIO_DRAIN_MS);
-    });
-    child.once('close', (code, sig) => finish({ code, signal: sig }));
+    if (child) {
+      const c = child;
+      c.on('error', (err) => {
+        // Spawn failures (ENOENT, EACCES) arrive here with no pid; the process never ran.
+        if (c.pid === undefined) finish({ code: null, signal: null, error: err.message });
+      });
+      c.once('exit', () => {
+        // Captured to files: everything the process wrote is there now (a grandchild still writing to
+        // them holds nobody up).
+        if (files) {
+          finish({ code: c.exitCode, signal: c.signalCode });
+          return;
+        }
+        drainTimer = setTimeout(() => {
+          c.stdout?.destroy();
+          c.stderr?.destroy();
+          finish({ code: c.exitCode, signal: c.signalCode });
+        }, STDIO_DRAIN_MS);
+      });
+      c.once('close', (code, sig) => finish({ code, signal: sig }));
+    }
     signal?.addEventListener('abort', onAbort, { once: true });
   });
 }

@@ -1,0 +1,119 @@
+import { accessSync, constants, statSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { constants as os } from 'node:os';
+import { isAbsolute, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+/** agent/native/spawn.c, built by agent/native/build.mjs at `npm install`. */
+type Addon = {
+  available: boolean;
+  /** → pid, or -errno when the process could not be started (onExit is then never called). */
+  spawn(
+    file: string,
+    argv: string[],
+    envp: string[],
+    cwd: string | null,
+    stdoutFd: number,
+    stderrFd: number,
+    onExit: (code: number | null, signal: number | null) => void,
+  ): number;
+};
+
+export const NATIVE_SPAWN_PATH = fileURLToPath(
+  new URL('../../native/build/ffleet_spawn.node', import.meta.url),
+);
+
+let loaded: { addon: Addon | null; reason?: string } | undefined;
+let started = 0;
+
+/** Processes started through the native spawner so far (tests check that the path is really taken). */
+export const nativeSpawnCount = (): number => started;
+
+/**
+ * Whether processes start through the native spawner (posix_spawn, see agent/native/spawn.c), and if
+ * not, why (logged by the agent at start). Loaded once.
+ */
+export function nativeSpawnStatus(): { available: boolean; reason?: string } {
+  loaded ??= load();
+  return loaded.addon ? { available: true } : { available: false, reason: loaded.reason };
+}
+
+function load(): { addon: Addon | null; reason?: string } {
+  let addon: Addon;
+  try {
+    addon = createRequire(import.meta.url)(NATIVE_SPAWN_PATH) as Addon;
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    return {
+      addon: null,
+      reason:
+        code === 'MODULE_NOT_FOUND'
+          ? 'not built: `npm install` builds it where a C compiler and Node headers are present'
+          : `cannot be loaded: ${(err as Error).message.split('\n')[0]}`,
+    };
+  }
+  if (!addon.available) return { addon: null, reason: 'pidfd_open(2) is not available (Linux < 5.3?)' };
+  return { addon };
+}
+
+const SIGNAL_NAMES = new Map<number, NodeJS.Signals>(
+  Object.entries(os.signals).map(([name, n]) => [n, name as NodeJS.Signals]),
+);
+
+export type NativeStart = {
+  file: string;
+  args: readonly string[];
+  env: NodeJS.ProcessEnv;
+  cwd?: string;
+  stdout: number;
+  stderr: number;
+};
+
+/**
+ * Start `file` as Node's `spawn(file, args, { detached: true, env, cwd, stdio: ['ignore', stdout,
+ * stderr] })` would, through posix_spawn. Returns the pid, or undefined whenever the native path does
+ * not apply or fails: the spawner is not built, an argument holds a NUL byte, `file` is not found on
+ * PATH, or the start failed (missing file, no permission, a script without `#!`, a bad cwd). The
+ * caller then uses Node's spawn, which runs the process or reports the error in Node's own words, so
+ * both paths behave the same.
+ */
+export function spawnNative(
+  o: NativeStart,
+  onExit: (code: number | null, signal: NodeJS.Signals | null) => void,
+): number | undefined {
+  loaded ??= load();
+  const addon = loaded.addon;
+  if (!addon) return undefined;
+  const env: string[] = [];
+  for (const [key, value] of Object.entries(o.env)) if (value !== undefined) env.push(`${key}=${value}`);
+  const strings = [o.file, ...o.args, ...env, o.cwd ?? ''];
+  if (strings.some((s) => s.includes('\0'))) return undefined;
+  const path = o.file.includes('/') ? o.file : findOnPath(o.file, o.env.PATH, o.cwd);
+  if (path === undefined) return undefined;
+  const pid = addon.spawn(path, [o.file, ...o.args], env, o.cwd ?? null, o.stdout, o.stderr, (code, sig) =>
+    onExit(code, sig === null ? null : (SIGNAL_NAMES.get(sig) ?? null)),
+  );
+  if (pid <= 0) return undefined;
+  started++;
+  return pid;
+}
+
+/**
+ * The first executable regular file named `name` in the directories of `pathVar` (an empty entry is the
+ * working directory), as execvp(3) searches; relative entries are taken from `cwd`, where the process
+ * starts. The path is returned as the entry spells it.
+ */
+function findOnPath(name: string, pathVar: string | undefined, cwd: string | undefined): string | undefined {
+  if (!pathVar || !name) return undefined;
+  for (const dir of pathVar.split(':')) {
+    const candidate = dir === '' ? `./${name}` : `${dir.replace(/\/+$/, '')}/${name}`;
+    const onDisk = isAbsolute(candidate) ? candidate : resolve(cwd ?? process.cwd(), candidate);
+    try {
+      accessSync(onDisk, constants.X_OK);
+      if (statSync(onDisk).isFile()) return candidate;
+    } catch {
+      // Not here (or not executable): the next entry.
+    }
+  }
+  return undefined;
+}
