@@ -6,11 +6,13 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { NATIVE_SPAWN_PATH, nativeSpawnCount, nativeSpawnStatus, spawnNative } from './native-spawn.ts';
 import { runProcess } from './run-process.ts';
 
-/** What build.mjs needs: a C compiler and Node's headers beside the node binary. */
+/** What build.mjs needs: Linux, a C compiler and Node's headers beside the node binary. */
+const headers = join(dirname(dirname(process.execPath)), 'include', 'node');
 const canBuild =
   process.platform === 'linux' &&
   spawnSync(process.env.CC || 'cc', ['--version']).status === 0 &&
-  existsSync(join(dirname(dirname(process.execPath)), 'include', 'node', 'node_api.h'));
+  existsSync(join(headers, 'node_api.h')) &&
+  existsSync(join(headers, 'uv.h'));
 
 const available = nativeSpawnStatus().available;
 
