@@ -47,6 +47,15 @@ function killGroup(c: ChildProcess, sig: NodeJS.Signals): void {
   }
 }
 
+/**
+ * Have a child (spawned `detached`, so its pid is its process group) killed with its whole group if
+ * the benchmark exits or is interrupted before the child ends.
+ */
+export function track(c: ChildProcess): void {
+  children.add(c);
+  c.once('exit', () => children.delete(c));
+}
+
 /** A temp dir removed at exit (or earlier by `removeTempDir`). */
 export function makeTempDir(prefix: string): string {
   const d = mkdtempSync(join(tmpdir(), prefix));

@@ -18,6 +18,7 @@ import {
   sleep,
   startAgent,
   stopProcess,
+  track,
   waitForAgents,
   wallMs,
 } from './bench-cluster.ts';
@@ -114,7 +115,10 @@ async function runDirect(inDir: string, outDir: string, ids: number[]): Promise<
   const t0 = performance.now();
   const c = spawn('xargs', ['-P', '2', '-I{}', FFMPEG, ...PREFIX, ...args], {
     stdio: ['pipe', 'ignore', 'ignore'],
+    // A group of its own: an interrupted benchmark kills xargs and its ffmpeg processes with it.
+    detached: true,
   });
+  track(c);
   c.stdin.end(ids.map((i) => `${i}\n`).join(''));
   const timer = setTimeout(() => c.kill('SIGKILL'), RUN_TIMEOUT_MS);
   const code = await new Promise<number | null>((r) => c.once('exit', r));
