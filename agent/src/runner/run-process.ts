@@ -159,6 +159,8 @@ export function runProcess(options: RunProcessOptions): Promise<RunProcessResult
               stdout: files[0],
               stderr: files[1],
             },
+            // Called from the event loop once the process exits, never during this call: `finish` (a
+            // function declaration, below) and the state it uses exist by then.
             (code, sig) => finish({ code, signal: sig }),
           )
         : undefined;
