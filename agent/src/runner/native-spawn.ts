@@ -1,7 +1,5 @@
-import { accessSync, constants, statSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { constants as os } from 'node:os';
-import { isAbsolute, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 /** agent/native/spawn.c, built by agent/native/build.mjs at `npm install`. */
@@ -72,10 +70,11 @@ export type NativeStart = {
 /**
  * Start `file` as Node's `spawn(file, args, { detached: true, env, cwd, stdio: ['ignore', stdout,
  * stderr] })` would, through posix_spawn. Returns the pid, or undefined whenever the native path does
- * not apply or fails: the spawner is not built, an argument holds a NUL byte, `file` is not found on
- * PATH, or the start failed (missing file, no permission, a script without `#!`, a bad cwd). The
- * caller then uses Node's spawn, which runs the process or reports the error in Node's own words, so
- * both paths behave the same.
+ * not apply or fails: the spawner is not built, an argument holds a NUL byte, `file` is a bare name
+ * (no `/`: Node's spawn searches the env's PATH for it, and no second search is kept here that could
+ * pick another file; the transcoder and allow-listed scripts arrive as paths), or the start failed
+ * (missing file, no permission, a script without `#!`, a bad cwd). The caller then uses Node's spawn,
+ * which runs the process or reports the error in Node's own words, so both paths behave the same.
  */
 export function spawnNative(
   o: NativeStart,
@@ -83,37 +82,15 @@ export function spawnNative(
 ): number | undefined {
   loaded ??= load();
   const addon = loaded.addon;
-  if (!addon) return undefined;
+  if (!addon || !o.file.includes('/')) return undefined;
   const env: string[] = [];
   for (const [key, value] of Object.entries(o.env)) if (value !== undefined) env.push(`${key}=${value}`);
   const strings = [o.file, ...o.args, ...env, o.cwd ?? ''];
   if (strings.some((s) => s.includes('\0'))) return undefined;
-  const path = o.file.includes('/') ? o.file : findOnPath(o.file, o.env.PATH, o.cwd);
-  if (path === undefined) return undefined;
-  const pid = addon.spawn(path, [o.file, ...o.args], env, o.cwd ?? null, o.stdout, o.stderr, (code, sig) =>
+  const pid = addon.spawn(o.file, [o.file, ...o.args], env, o.cwd ?? null, o.stdout, o.stderr, (code, sig) =>
     onExit(code, sig === null ? null : (SIGNAL_NAMES.get(sig) ?? null)),
   );
   if (pid <= 0) return undefined;
   started++;
   return pid;
-}
-
-/**
- * The first executable regular file named `name` in the directories of `pathVar` (an empty entry is the
- * working directory), as execvp(3) searches; relative entries are taken from `cwd`, where the process
- * starts. The path is returned as the entry spells it.
- */
-function findOnPath(name: string, pathVar: string | undefined, cwd: string | undefined): string | undefined {
-  if (!pathVar || !name) return undefined;
-  for (const dir of pathVar.split(':')) {
-    const candidate = dir === '' ? `./${name}` : `${dir.replace(/\/+$/, '')}/${name}`;
-    const onDisk = isAbsolute(candidate) ? candidate : resolve(cwd ?? process.cwd(), candidate);
-    try {
-      accessSync(onDisk, constants.X_OK);
-      if (statSync(onDisk).isFile()) return candidate;
-    } catch {
-      // Not here (or not executable): the next entry.
-    }
-  }
-  return undefined;
 }
