@@ -38,8 +38,12 @@ for (const sig of ['SIGINT', 'SIGTERM'] as const) {
   });
 }
 
-function killGroup(c: ChildProcess, sig: NodeJS.Signals): void {
-  if (c.pid === undefined || c.exitCode !== null || c.signalCode !== null) return;
+/**
+ * Signal a child's process group. Once the child has exited only with `afterExit`: right after its
+ * exit, to reach members it left behind (the group, and so its id, lives on while they run).
+ */
+function killGroup(c: ChildProcess, sig: NodeJS.Signals, afterExit = false): void {
+  if (c.pid === undefined || (!afterExit && (c.exitCode !== null || c.signalCode !== null))) return;
   try {
     process.kill(-c.pid, sig); // children are spawned detached: their pid is their process group
   } catch {
@@ -70,17 +74,13 @@ export function removeTempDir(d: string): void {
 
 /** SIGTERM, then SIGKILL the whole process group after the grace period; resolves on exit. */
 export async function stopProcess(c: ChildProcess): Promise<void> {
-  if (c.exitCode !== null || c.signalCode !== null) {
-    children.delete(c);
-    return;
-  }
+  if (c.exitCode !== null || c.signalCode !== null) return;
   const exited = new Promise((r) => c.once('exit', r));
   c.kill('SIGTERM');
   const t = setTimeout(() => killGroup(c, 'SIGKILL'), STOP_GRACE_MS);
   await exited;
   clearTimeout(t);
-  killGroup(c, 'SIGKILL'); // leftovers of the group (a transcoder the agent did not reap)
-  children.delete(c);
+  killGroup(c, 'SIGKILL', true); // leftovers of the group (a transcoder the agent did not reap)
 }
 
 function childEnv(env: Record<string, string>): Record<string, string> {
@@ -135,7 +135,7 @@ export async function startControlPlane(
     stdio: ['ignore', 'inherit', 'inherit'],
     detached: true,
   });
-  children.add(child);
+  track(child);
   let stopping = false;
   // A control plane that dies mid-bench would otherwise only show up as ECONNREFUSED.
   child.once('exit', (code, signal) => {
@@ -210,7 +210,7 @@ export function startAgent(cp: ControlPlane, name: string, env: Record<string, s
       detached: true,
     },
   );
-  children.add(child);
+  track(child);
   return child;
 }
 

@@ -69,7 +69,7 @@ function fence(row: TaskRow | null, r: TaskReport): ReportOutcome | null {
  * agent runs, a new seq, a legal move) is ONE fenced `UPDATE … WHERE id, attempt, lease token, agent,
  * report_seq < seq, status RETURNING`; only when that matches nothing is the row read and the report
  * classified (duplicate, stale, rejected, hand-back). The report's strings are storable already: the
- * control plane's MQTT client passes every agent message through toStorable.
+ * control plane's MQTT client makes every agent message's strings storable (toStorable) as it parses it.
  */
 export async function applyReportIn(
   tx: Db,
