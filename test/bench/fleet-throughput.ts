@@ -25,7 +25,14 @@ import {
 import { childCpuMs, cpuSplitMs, processesCpuMs, rssMb, syscalls } from './harness.ts';
 import { SseClient } from './sse-client.ts';
 
-const FFMPEG = '/usr/bin/ffmpeg';
+/**
+ * BENCH_FFMPEG: the ffmpeg of both paths (default Debian's). Debian's ffmpeg spends most of a 0.5 s
+ * clip's CPU loading its ~100 shared libraries, which is slow where page faults are (paravirtualised
+ * VMs: 250–330 ms per clip against 73–126 ms on other instances). A statically linked ffmpeg (the
+ * `@ffmpeg-installer/ffmpeg` one: ~60–80 ms per clip there) puts ffleet's own cost per task in the
+ * proportion the faster instances see.
+ */
+const FFMPEG = process.env.BENCH_FFMPEG || '/usr/bin/ffmpeg';
 /**
  * BENCH_TRANSCODER: the agents' transcoder (default: FFMPEG, as the direct runs). A diagnostic: with a
  * script that answers the probe through ffmpeg and sleeps instead of transcoding, the CPU rows show what
