@@ -27,10 +27,10 @@ import { SseClient } from './sse-client.ts';
 
 /**
  * BENCH_FFMPEG: the ffmpeg of both paths (default Debian's). Debian's ffmpeg spends most of a 0.5 s
- * clip's CPU loading its ~100 shared libraries, which is slow where page faults are (paravirtualised
+ * clip's CPU loading its ~215 shared libraries, which is slow where page faults are (paravirtualised
  * VMs: 250–330 ms per clip against 73–126 ms on other instances). A statically linked ffmpeg (the
- * `@ffmpeg-installer/ffmpeg` one: ~60–80 ms per clip there) puts ffleet's own cost per task in the
- * proportion the faster instances see.
+ * `@ffmpeg-installer/ffmpeg` one: 60–80 ms per clip alone there, 77–94 ms in the direct runs of (b))
+ * puts ffleet's own cost per task in the proportion the faster instances see.
  */
 const FFMPEG = process.env.BENCH_FFMPEG || '/usr/bin/ffmpeg';
 /**
