@@ -276,12 +276,12 @@ static napi_value Spawn(napi_env env, napi_callback_info info) {
 NAPI_MODULE_INIT() {
   /* pidfd_open must work here (Linux 5.3, not filtered by a seccomp profile), or the module is of no use. */
   int probe = (int)syscall(SYS_pidfd_open, getpid(), 0);
-  napi_value available, fn;
-  napi_get_boolean(env, probe >= 0, &available);
   if (probe >= 0) close(probe);
+  /* Without its per-environment list (out of memory) it cannot be used either: `available` says so. */
+  instance_t *inst = probe >= 0 ? calloc(1, sizeof *inst) : NULL;
+  napi_value available, fn;
+  napi_get_boolean(env, inst != NULL, &available);
   napi_set_named_property(env, exports, "available", available);
-
-  instance_t *inst = calloc(1, sizeof *inst);
   if (inst == NULL) return exports;
   napi_add_env_cleanup_hook(env, cleanup_instance, inst);
   napi_create_function(env, "spawn", NAPI_AUTO_LENGTH, Spawn, inst, &fn);

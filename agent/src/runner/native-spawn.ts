@@ -83,10 +83,16 @@ export function spawnNative(
   loaded ??= load();
   const addon = loaded.addon;
   if (!addon || !o.file.includes('/')) return undefined;
+  // posix_spawn takes C strings: a NUL byte anywhere is left to Node's spawn, which reports it.
+  if (o.file.includes('\0') || o.cwd?.includes('\0') || o.args.some((a) => a.includes('\0')))
+    return undefined;
   const env: string[] = [];
-  for (const [key, value] of Object.entries(o.env)) if (value !== undefined) env.push(`${key}=${value}`);
-  const strings = [o.file, ...o.args, ...env, o.cwd ?? ''];
-  if (strings.some((s) => s.includes('\0'))) return undefined;
+  for (const [key, value] of Object.entries(o.env)) {
+    if (value === undefined) continue;
+    const entry = `${key}=${value}`;
+    if (entry.includes('\0')) return undefined;
+    env.push(entry);
+  }
   const pid = addon.spawn(o.file, [o.file, ...o.args], env, o.cwd ?? null, o.stdout, o.stderr, (code, sig) =>
     onExit(code, sig === null ? null : (SIGNAL_NAMES.get(sig) ?? null)),
   );
