@@ -142,6 +142,55 @@ describe('events and deliveries (outbox)', () => {
     expect(after.deliveries - before.deliveries).toBe(5);
   });
 
+  it('a large batch (written 64, 64, 2 and 1 tasks per statement) stores every task as sent, with its own event and deliveries', async () => {
+    const before = await countRows(t.db);
+    const items = Array.from({ length: 131 }, (_, i) => ({
+      ...VALID.task(),
+      name: `big-${i}`,
+      inputFile: `/media/in/big-${i}.mov`,
+      priority: i % 7,
+      metadata: { i },
+      // Direct webhooks on some tasks only: statements with different numbers of direct rows.
+      ...(i % 5 === 0 ? { webhooks: [{ event: 'task.created', url: `http://direct.test/big-${i}` }] } : {}),
+    }));
+    const batch = await json(await t.call('POST', '/api/v1/batches', { tasks: items }), 201);
+    expect(batch.tasks).toHaveLength(131);
+    const after = await countRows(t.db);
+    expect(after.tasks - before.tasks).toBe(131);
+    // 131 task.created + 1 batch.created.
+    expect(after.events - before.events).toBe(132);
+    // 131 × 2 global task.created hooks + 27 direct (i % 5 === 0) + 1 batch.created hook.
+    expect(after.deliveries - before.deliveries).toBe(131 * 2 + 27 + 1);
+
+    const rows = await query<{
+      id: string;
+      name: string;
+      input_raw: string;
+      priority: number;
+      metadata: unknown;
+    }>(t.db, sql`select id, name, input_raw, priority, metadata from tasks where batch_id = ${batch.id}`);
+    const byId = new Map(rows.map((r) => [r.id, r]));
+    batch.tasks.forEach((id: string, i: number) => {
+      const r = byId.get(id);
+      expect(r).toMatchObject({ name: `big-${i}`, input_raw: `/media/in/big-${i}.mov`, priority: i % 7 });
+      expect(typeof r!.metadata === 'string' ? JSON.parse(r!.metadata) : r!.metadata).toEqual({ i });
+    });
+    const createdEvents = (await eventRows(t.db, 'task.created')).filter(
+      (e) => e.payload.data.batch === batch.id,
+    );
+    expect(createdEvents.map((e) => e.payload.data.taskId).sort()).toEqual([...batch.tasks].sort());
+    for (const e of createdEvents) {
+      const i = Number((e.payload.data.name as string).slice('big-'.length));
+      expect(e.payload.data.taskId).toBe(batch.tasks[i]);
+      const ds = await deliveryRows(t.db, e.id);
+      expect(ds.filter((d) => d.source === 'global')).toHaveLength(2);
+      expect(ds.filter((d) => d.source === 'direct').map((d) => d.url)).toEqual(
+        i % 5 === 0 ? [`http://direct.test/big-${i}`] : [],
+      );
+      for (const d of ds) expect(d.task_id).toBe(batch.tasks[i]);
+    }
+  });
+
   it('a preset writes preset.* to global webhooks and its own preset.* direct webhooks; tasks inherit task.* ones', async () => {
     const preset = await json(
       await t.call('POST', '/api/v1/presets', {

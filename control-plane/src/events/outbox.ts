@@ -115,10 +115,15 @@ export class EmittedEvents {
 
   /** `before`: data-modifying CTEs to run in the same statement (see eventsStatement). */
   async emit(opts: EmitOptions, before?: RawStatement): Promise<EventPayload> {
-    const { payload, deliveries } = await writeEvent(this.tx, opts, before);
-    this.items.push(payload);
-    this.deliveries += deliveries;
-    return payload;
+    return (await this.emitMany([opts], before))[0]!;
+  }
+
+  /** Several events (and `before`, e.g. the insert of the tasks they are about) in ONE statement. */
+  async emitMany(list: readonly EmitOptions[], before?: RawStatement): Promise<EventPayload[]> {
+    const items = list.map(pendingEvent);
+    this.deliveries += await execRaw(this.tx, eventsStatement(items, before));
+    for (const it of items) this.items.push(it.payload);
+    return items.map((it) => it.payload);
   }
 
   /** After the commit: publish every event, and say so when deliveries became due. */

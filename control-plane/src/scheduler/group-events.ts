@@ -27,15 +27,17 @@ export class GroupEvents extends EmittedEvents {
     this.#db = tx;
   }
 
-  override async emit(opts: EmitOptions, before?: RawStatement): Promise<EventPayload> {
+  override async emitMany(list: readonly EmitOptions[], before?: RawStatement): Promise<EventPayload[]> {
     if (before) {
       await this.flush();
-      return super.emit(opts, before);
+      return super.emitMany(list, before);
     }
-    const item = pendingEvent(opts);
-    this.#pending.push(item);
-    this.items.push(item.payload);
-    return item.payload;
+    return list.map((opts) => {
+      const item = pendingEvent(opts);
+      this.#pending.push(item);
+      this.items.push(item.payload);
+      return item.payload;
+    });
   }
 
   /** Write every held event. */

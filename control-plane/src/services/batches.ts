@@ -9,7 +9,7 @@ import { type ServiceContext, transact } from './context.ts';
 import { claimIdempotencyKey, type IdempotencyRequest, storeIdempotentResponse } from './idempotency.ts';
 import { paginate } from './paginate.ts';
 import { buildTaskRow, type Issue, type TaskInsert } from './task-input.ts';
-import { cancelTask, insertTask, isUuid, openBatchTasks } from './tasks.ts';
+import { cancelTask, insertTasks, isUuid, openBatchTasks } from './tasks.ts';
 
 /** The batch object with its status counts and task ids. */
 export async function getBatchDto(db: Db, id: string): Promise<Batch | null> {
@@ -73,7 +73,7 @@ export async function createBatch(
       createdAt: now,
       updatedAt: now,
     });
-    for (const row of rows) await insertTask(tx, ev, row);
+    await insertTasks(tx, ev, rows);
     const dto = (await getBatchDto(tx, batchId))!;
     await ev.emit({ event: 'batch.created', data: dto, now });
     if (idem)
