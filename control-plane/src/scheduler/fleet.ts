@@ -301,7 +301,18 @@ export class Fleet implements FleetHooks {
         const claiming = this.#claiming(agent);
         const claim = () =>
           this.#group.run(
-            (tx, ev) => claimTasksIn(tx, ev, this.#ctx.now(), claiming, req.max, this.#o.leaseTtlMs),
+            async (tx, ev, scope) => {
+              const claimed = await claimTasksIn(
+                tx,
+                ev,
+                this.#ctx.now(),
+                claiming,
+                req.max,
+                this.#o.leaseTtlMs,
+              );
+              for (const c of claimed) if (c.task.batch) scope.claimedFrom(c.task.batch);
+              return claimed;
+            },
             { key: name },
           );
         const seq = this.#workSeq;

@@ -1,9 +1,12 @@
-import { sql } from 'drizzle-orm';
+import type { TaskStatus } from '@ffleet/shared';
+import { eq, sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
+import { eventRows, json, VALID } from '../../../test/api/support.ts';
 import { useTestApp } from '../../../test/helpers/app.ts';
 import { postgresAvailable } from '../../../test/helpers/db.ts';
 import type { Db } from '../db/client.ts';
-import { GroupCommit } from './group-commit.ts';
+import { tasks } from '../db/schema.ts';
+import { GroupCommit, type GroupJob } from './group-commit.ts';
 
 const PG = await postgresAvailable();
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -97,5 +100,59 @@ describe.skipIf(!PG)('GroupCommit keys with concurrent groups (PostgreSQL)', () 
     expect(settled).toBe(true);
     await expect(group.settled('a')).resolves.toBeUndefined();
     await group.drain();
+  });
+});
+
+describe('GroupCommit batch checks', () => {
+  const t = useTestApp();
+
+  const newBatch = async (n: number): Promise<{ id: string; tasks: string[] }> =>
+    json(
+      await t.call('POST', '/api/v1/batches', { tasks: Array.from({ length: n }, () => VALID.task()) }),
+      201,
+    );
+  /** A job that moves `taskId` to `status` (if given) and tells the scope, as a report or a claim does. */
+  const job =
+    (kind: 'finished' | 'claimed', batchId: string, taskId?: string, status?: TaskStatus): GroupJob<void> =>
+    async (tx, _ev, scope) => {
+      if (taskId && status) await tx.update(tasks).set({ status }).where(eq(tasks.id, taskId));
+      if (kind === 'finished') scope.finishBatch(batchId);
+      else scope.claimedFrom(batchId);
+    };
+  const batchState = async (id: string) => ({
+    status: (await json(await t.call('GET', `/api/v1/batches/${id}`))).status,
+    finished: (await eventRows(t.db, 'batch.finished')).filter((e) => e.payload.data.id === id).length,
+  });
+
+  it('skips the check of a batch claimed from after one of its tasks finished (the check could only find it open)', async () => {
+    const b = await newBatch(1);
+    const group = new GroupCommit(t.ctx);
+    // The second job only tells the scope it claimed from the batch and opens nothing: had the check
+    // run, it would have finished the batch. That it stays RUNNING shows the check was skipped.
+    await Promise.all([
+      group.run(job('finished', b.id, b.tasks[0], 'DONE_SUCCESSFUL'), { key: 'a' }),
+      group.run(job('claimed', b.id), { key: 'a' }),
+    ]);
+    expect(await batchState(b.id)).toEqual({ status: 'RUNNING', finished: 0 });
+    await group.run(job('finished', b.id));
+    expect(await batchState(b.id)).toEqual({ status: 'DONE', finished: 1 });
+  });
+
+  it('still checks a batch when a task of it finishes after the claim in the same group', async () => {
+    const claimFirst = await newBatch(1);
+    const claimedThenDone = await newBatch(2);
+    const group = new GroupCommit(t.ctx);
+    const [a, b] = claimedThenDone.tasks as [string, string];
+    await Promise.all([
+      // A claim before any finish of its batch changes nothing.
+      group.run(job('claimed', claimFirst.id), { key: 'a' }),
+      group.run(job('finished', claimFirst.id, claimFirst.tasks[0], 'DONE_SUCCESSFUL'), { key: 'a' }),
+      // Finish a, claim b, finish b: the batch is done at the commit.
+      group.run(job('finished', claimedThenDone.id, a, 'DONE_SUCCESSFUL'), { key: 'a' }),
+      group.run(job('claimed', claimedThenDone.id, b, 'RUNNING'), { key: 'a' }),
+      group.run(job('finished', claimedThenDone.id, b, 'DONE_ERROR'), { key: 'a' }),
+    ]);
+    expect(await batchState(claimFirst.id)).toEqual({ status: 'DONE', finished: 1 });
+    expect(await batchState(claimedThenDone.id)).toEqual({ status: 'DONE', finished: 1 });
   });
 });

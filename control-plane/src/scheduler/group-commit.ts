@@ -7,8 +7,10 @@ import { GroupEvents } from './group-events.ts';
 /**
  * What a job may leave to the end of its group: `finishBatch(id)` runs finishBatchIfDone for that
  * batch once, after every job of the group, batches in id order, still inside the transaction.
+ * `claimedFrom(id)`: the job just claimed a task of that batch, so the batch has an open task; unless a
+ * later job of the group finishes a task of it again, its check is skipped (it could only say "open").
  */
-export type GroupScope = { finishBatch(batchId: string): void };
+export type GroupScope = { finishBatch(batchId: string): void; claimedFrom(batchId: string): void };
 
 export type GroupJob<T> = (tx: Db, ev: EmittedEvents, scope: GroupScope) => Promise<T>;
 
@@ -219,7 +221,8 @@ export class GroupCommit {
 }
 
 class Scope implements GroupScope {
-  readonly #batches = new Set<string>();
+  /** Per batch: whether its check must run (a task of it finished after the group's last claim from it). */
+  readonly #batches = new Map<string, boolean>();
   /** The database runs one transaction at a time (see finishBatchIfDone). */
   readonly #serialized: boolean;
 
@@ -228,11 +231,21 @@ class Scope implements GroupScope {
   }
 
   finishBatch(batchId: string): void {
-    this.#batches.add(batchId);
+    this.#batches.set(batchId, true);
+  }
+
+  /**
+   * A claim in this transaction moved a task of the batch to PRE_PROCESSING or RUNNING: at the commit
+   * the batch has that open task, whatever other transactions do (the row is ours until then), so
+   * finishBatchIfDone would find it open. An agent's finishing report and its next claim share a group,
+   * and this spares each such group the batch row lock and the open-task probe.
+   */
+  claimedFrom(batchId: string): void {
+    this.#batches.set(batchId, false);
   }
 
   async end(tx: Db, ev: EmittedEvents, now: number): Promise<void> {
-    for (const id of [...this.#batches].sort())
-      await finishBatchIfDone(tx, ev, id, now, { serialized: this.#serialized });
+    const due = [...this.#batches].filter(([, check]) => check).map(([id]) => id);
+    for (const id of due.sort()) await finishBatchIfDone(tx, ev, id, now, { serialized: this.#serialized });
   }
 }
