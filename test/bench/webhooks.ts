@@ -9,7 +9,7 @@ import { type SQL, sql } from 'drizzle-orm';
 import pino from 'pino';
 import { type Database, type Db, openDatabase } from '../../control-plane/src/db/client.ts';
 import { webhooks } from '../../control-plane/src/db/schema.ts';
-import { writeEvent } from '../../control-plane/src/events/outbox.ts';
+import { EmittedEvents } from '../../control-plane/src/events/outbox.ts';
 import { VERSION } from '../../control-plane/src/version.ts';
 import {
   DeliveryDispatcher,
@@ -195,8 +195,8 @@ async function loadProcess(): Promise<void> {
         const wait = m.rate > 0 ? t0 + (i * 1000) / m.rate - performance.now() : 0;
         if (wait > 0) await new Promise((r) => setTimeout(r, wait));
         const taskId = randomUUID();
-        const { payload: p } = await database.db.transaction((tx) =>
-          writeEvent(tx as unknown as Db, {
+        const p = await database.db.transaction((tx) =>
+          new EmittedEvents(tx as unknown as Db).emit({
             event: 'task.updated',
             taskId,
             data: {

@@ -4,7 +4,7 @@ import { asc, eq } from 'drizzle-orm';
 import pino from 'pino';
 import type { Database, Db } from '../../control-plane/src/db/client.ts';
 import { deliveries, webhookExecutions, webhooks } from '../../control-plane/src/db/schema.ts';
-import { type EmitOptions, writeEvent } from '../../control-plane/src/events/outbox.ts';
+import { type EmitOptions, EmittedEvents } from '../../control-plane/src/events/outbox.ts';
 import { VERSION } from '../../control-plane/src/version.ts';
 import {
   DeliveryDispatcher,
@@ -31,7 +31,7 @@ export async function addWebhook(
 
 /** Emit one event in its own committed transaction (the outbox write the app does). */
 export function emit(database: Database, opts: EmitOptions): Promise<EventPayload> {
-  return database.db.transaction(async (tx) => (await writeEvent(tx as unknown as Db, opts)).payload);
+  return database.db.transaction((tx) => new EmittedEvents(tx as unknown as Db).emit(opts));
 }
 
 /** A task.updated event body as the app shapes it (enough for the dispatcher, which never looks inside). */

@@ -142,7 +142,7 @@ describe('events and deliveries (outbox)', () => {
     expect(after.deliveries - before.deliveries).toBe(5);
   });
 
-  it('a large batch (written 64, 64, 2 and 1 tasks per statement) stores every task as sent, with its own event and deliveries', async () => {
+  it('a large batch (131 tasks: several insert statements of different sizes) stores every task as sent, with its own event and deliveries', async () => {
     const before = await countRows(t.db);
     const items = Array.from({ length: 131 }, (_, i) => ({
       ...VALID.task(),

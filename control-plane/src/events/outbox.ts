@@ -91,21 +91,6 @@ SELECT gen_random_uuid(), ev.id, ev.event, w.id, 'global', w.url, w.secret, ${ta
   return { text, params };
 }
 
-/**
- * Write one event and its webhook deliveries in the caller's transaction (the outbox), in one
- * statement. Returns the payload to publish on the in-process bus once the transaction has committed,
- * and how many deliveries the statement wrote.
- */
-export async function writeEvent(
-  tx: Db,
-  opts: EmitOptions,
-  before?: RawStatement,
-): Promise<{ payload: EventPayload; deliveries: number }> {
-  const item = pendingEvent(opts);
-  const deliveries = await execRaw(tx, eventsStatement([item], before));
-  return { payload: item.payload, deliveries };
-}
-
 /** Collects the payloads a transaction emitted; `publish` hands them to the bus after commit. */
 export class EmittedEvents {
   readonly items: EventPayload[] = [];

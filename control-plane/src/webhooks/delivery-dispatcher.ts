@@ -58,7 +58,7 @@ export type DeliveryDispatcherOptions = {
   userAgent: string;
   /** Send with this instead of the built-in HTTP client (tests). */
   fetch?: typeof fetch;
-  /** Unix milliseconds; the same clock writeEvent() uses. */
+  /** Unix milliseconds; the same clock the events' writer (events/outbox.ts) uses. */
   clock?: () => number;
   concurrency?: number;
   perUrlConcurrency?: number;
