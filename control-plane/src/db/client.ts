@@ -80,15 +80,46 @@ export type OpenOptions =
  * drizzle asks postgres.js for unnamed statements, and postgres.js sends an unnamed statement that has
  * parameters in TWO round trips (Parse+Describe to learn the parameter types, then Bind+Execute); a
  * prepared statement is described once per connection and then runs in one round trip. Transactions and
- * savepoints hand their client to a callback, so those are wrapped too. Query texts are drizzle's
- * parameterised ones, so the set of statements per connection stays small.
+ * savepoints hand their client to a callback, so those are wrapped too.
+ *
+ * A prepared statement lives as long as its connection (postgres.js never closes one), so the set of
+ * texts must stay bounded: statements whose size varies bind their lists as arrays (array-literal.ts)
+ * instead of a parameter per item. As a safety net, at most {@link MAX_PREPARED_TEXTS} distinct texts
+ * are prepared per process; any text beyond them runs unnamed (two round trips, nothing kept).
  */
+/** See {@link preparing}: 256 sizes of one VALUES list held 130 MB in one server backend. */
+export const MAX_PREPARED_TEXTS = 1000;
+/**
+ * A check that admits at most `max` distinct texts as named statements (those it admitted stay
+ * admitted); it warns once when it first turns a text away.
+ */
+export function preparedAdmission(max: number): (text: string) => boolean {
+  const admitted = new Set<string>();
+  let warned = false;
+  return (text) => {
+    if (admitted.has(text)) return true;
+    if (admitted.size < max) {
+      admitted.add(text);
+      return true;
+    }
+    if (!warned) {
+      warned = true;
+      process.emitWarning(
+        `more than ${max} distinct SQL statements: new ones run unprepared (a statement whose text varies with its input?)`,
+      );
+    }
+    return false;
+  };
+}
+
+const admitPrepared = preparedAdmission(MAX_PREPARED_TEXTS);
+
 function preparing(client: postgres.Sql): postgres.Sql {
   return new Proxy(client, {
     get(target, prop, receiver) {
       if (prop === 'unsafe') {
         return (query: string, params?: unknown[], opts?: Record<string, unknown>) =>
-          target.unsafe(query, params as never, { ...opts, prepare: true });
+          target.unsafe(query, params as never, { ...opts, prepare: admitPrepared(query) });
       }
       if (prop === 'begin' || prop === 'savepoint') {
         return (...args: unknown[]) => {

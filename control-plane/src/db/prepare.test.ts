@@ -1,9 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import { eq, sql } from 'drizzle-orm';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { openTestDatabase, postgresAvailable, type TestDatabase } from '../../../test/helpers/db.ts';
 import { parseConfig } from '../config/config.ts';
-import { openDatabase } from './client.ts';
+import { eventsStatement, pendingEvent } from '../events/outbox.ts';
+import { renewLeasesIn } from '../scheduler/leases.ts';
+import { anyOf } from './array-literal.ts';
+import { execRaw, openDatabase, preparedAdmission } from './client.ts';
 import { tasks } from './schema.ts';
 
 const PG = await postgresAvailable();
@@ -35,5 +38,80 @@ describe.skipIf(!PG)('prepared statements on PostgreSQL (FFLEET_PG_PREPARE)', ()
     expect(await preparedAfterQuery(false)).toBe(0);
     expect(parseConfig({}).pgPrepare).toBe(true);
     expect(parseConfig({ FFLEET_PG_PREPARE: '0' }).pgPrepare).toBe(false);
+  });
+});
+
+describe('preparedAdmission', () => {
+  it('admits up to its cap, keeps what it admitted, and warns once when it turns a text away', () => {
+    const warn = vi.spyOn(process, 'emitWarning').mockImplementation(() => {});
+    try {
+      const admit = preparedAdmission(2);
+      expect([admit('a'), admit('b'), admit('a')]).toEqual([true, true, true]);
+      expect([admit('c'), admit('d'), admit('b')]).toEqual([false, false, true]);
+      expect(warn).toHaveBeenCalledTimes(1);
+      expect(String(warn.mock.calls[0]![0])).toMatch(/more than 2 distinct SQL statements/);
+    } finally {
+      warn.mockRestore();
+    }
+  });
+});
+
+describe.skipIf(!PG)('statements whose input varies in size (PostgreSQL)', () => {
+  let base: TestDatabase;
+  beforeAll(async () => {
+    base = await openTestDatabase('postgres');
+  });
+  afterAll(() => base?.drop());
+
+  it('are prepared once each, whatever the number of events, webhooks, leases and ids', async () => {
+    const d = await openDatabase({ kind: 'postgres', url: base.url!, max: 1 });
+    try {
+      const taskId = randomUUID();
+      for (let n = 1; n <= 40; n++) {
+        const items = Array.from({ length: n }, (_, i) =>
+          pendingEvent({
+            event: 'task.updated',
+            data: { n, i },
+            taskId,
+            direct: Array.from({ length: i % 3 }, (_, k) => ({
+              event: 'task.updated',
+              url: `http://h/${k}`,
+            })),
+          }),
+        );
+        await d.db.transaction((tx) => execRaw(tx, eventsStatement(items)));
+        const refs = Array.from({ length: n }, () => ({ taskId: randomUUID(), attempt: 1, leaseToken: 't' }));
+        await renewLeasesIn(d.db, 1, randomUUID(), refs, 1000);
+        await d.db
+          .select({ id: tasks.id })
+          .from(tasks)
+          .where(
+            anyOf(
+              tasks.id,
+              refs.map((r) => r.taskId),
+              'uuid',
+            ),
+          );
+      }
+      const [prepared] = await d.rows<{ n: number }>(
+        d.db,
+        sql`select count(*)::int as n from pg_prepared_statements where not from_sql`,
+      );
+      // One each for the events, the lease renewal and the list (plus BEGIN/COMMIT-free bookkeeping);
+      // with a parameter per item it was 40 of each.
+      expect(prepared!.n).toBeLessThanOrEqual(5);
+      const [written] = await d.rows<{ events: number; direct: number }>(
+        d.db,
+        sql`select (select count(*)::int from events) as events,
+          (select count(*)::int from deliveries where source = 'direct' and task_id = ${taskId}) as direct`,
+      );
+      // Events of sizes 1..40, and (i % 3) direct deliveries per event.
+      expect(written!.events).toBe((40 * 41) / 2);
+      let direct = 0;
+      for (let n = 1; n <= 40; n++) for (let i = 0; i < n; i++) direct += i % 3;
+      expect(written!.direct).toBe(direct);
+    } finally {
+      await d.close();
+    }
   });
 });

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { DirectWebhook, EventName, EventPayload } from '@ffleet/shared';
+import { textArrayLiteral } from '../db/array-literal.ts';
 import { type Db, execRaw, type RawStatement } from '../db/client.ts';
 import type { EventBus } from './event-bus.ts';
 
@@ -40,55 +41,54 @@ export function pendingEvent(opts: EmitOptions): PendingEvent {
  * event and global subscription (read from `webhooks` by the same statement, so a subscription created
  * on any replica is seen) and one per matching direct webhook. `before` are further data-modifying
  * CTEs (`name AS (…), `, numbered from $1) run by the same statement, e.g. the task insert the event is
- * about. The text depends only on `before`'s text and the numbers of events and direct webhooks, so
- * it is built once per shape (and prepared once per connection). Returns rows written = deliveries.
+ * about. Returns rows written = deliveries.
+ *
+ * The events travel as ONE jsonb array and the direct webhooks as two array literals, so the text
+ * depends on `before`'s text alone: one prepared statement per `before` shape, whatever the number of
+ * events and direct webhooks. (With a VALUES row per event and per direct webhook, every group size was
+ * a statement of its own, prepared again on every pooled PostgreSQL connection and never released:
+ * the 256 sizes of a busy group commit held 130 MB in ONE server backend.)
  */
 export function eventsStatement(items: readonly PendingEvent[], before?: RawStatement): RawStatement {
   const head = before?.text ?? '';
   const base = before?.params.length ?? 0;
-  const nDirect = items.reduce((n, it) => n + it.direct.length, 0);
-  const key = `${items.length}|${nDirect}|${base}|${head}`;
+  const key = `${base}|${head}`;
   let text = eventTexts.get(key);
   if (text === undefined) {
-    let p = base;
-    const next = () => `$${++p}`;
-    // Per event: id, event name, payload, now, task id, progressOnly; then (event id, url) per direct.
-    const rows = items.map(
-      () =>
-        `(${next()}::uuid, ${next()}::text, ${next()}::jsonb, ${next()}::bigint, ${next()}::uuid, ${next()}::boolean)`,
-    );
-    const directRows = Array.from({ length: nDirect }, () => `(${next()}::uuid, ${next()}::text)`);
+    const [events, directIds, directUrls] = [base + 1, base + 2, base + 3];
     // Delivery columns: id, event_id, event, webhook_id, source, url, secret, task_id, progress_only,
     // next_attempt_at, created_at, updated_at (ids are random v4 UUIDs, like randomUUID()).
     const tail = 'ev.task_id, ev.progress_only, ev.created_at, ev.created_at, ev.created_at';
-    const direct = nDirect
-      ? ` UNION ALL SELECT gen_random_uuid(), ev.id, ev.event, NULL::uuid, 'direct', d.url, NULL::text, ${tail}
-  FROM (VALUES ${directRows.join(', ')}) AS d(event_id, url) JOIN ev ON ev.id = d.event_id`
-      : '';
     text = `WITH ${head}ev(id, event, payload, created_at, task_id, progress_only) AS (
-  VALUES ${rows.join(', ')}
+  SELECT (e->'p'->>'id')::uuid, e->'p'->>'event', e->'p', (e->>'n')::bigint, (e->>'t')::uuid, (e->>'g')::boolean
+  FROM jsonb_array_elements($${events}::jsonb) AS e
 ), ins AS (
   INSERT INTO events (id, event, payload, created_at) SELECT id, event, payload, created_at FROM ev
 )
 INSERT INTO deliveries (id, event_id, event, webhook_id, source, url, secret, task_id, progress_only,
   next_attempt_at, created_at, updated_at)
 SELECT gen_random_uuid(), ev.id, ev.event, w.id, 'global', w.url, w.secret, ${tail}
-  FROM ev JOIN webhooks w ON w.event = ev.event${direct}`;
+  FROM ev JOIN webhooks w ON w.event = ev.event
+UNION ALL SELECT gen_random_uuid(), ev.id, ev.event, NULL::uuid, 'direct', d.url, NULL::text, ${tail}
+  FROM unnest($${directIds}::uuid[], $${directUrls}::text[]) AS d(event_id, url) JOIN ev ON ev.id = d.event_id`;
     if (eventTexts.size < 1000) eventTexts.set(key, text);
   }
-  const params: unknown[] = [...(before?.params ?? [])];
-  for (const it of items) {
-    params.push(
-      it.payload.id,
-      it.opts.event,
-      JSON.stringify(it.payload),
-      it.now,
-      it.opts.taskId ?? null,
-      it.opts.progressOnly ?? false,
-    );
-  }
-  for (const it of items) for (const d of it.direct) params.push(it.payload.id, d.url);
-  return { text, params };
+  // Per event: its payload, created_at, task id and progressOnly, as one JSON array.
+  const rows = items.map(
+    (it) =>
+      `{"p":${JSON.stringify(it.payload)},"n":${it.now},"t":${it.opts.taskId ? JSON.stringify(it.opts.taskId) : 'null'},"g":${it.opts.progressOnly === true}}`,
+  );
+  const ids: string[] = [];
+  const urls: string[] = [];
+  for (const it of items)
+    for (const d of it.direct) {
+      ids.push(it.payload.id);
+      urls.push(d.url);
+    }
+  return {
+    text,
+    params: [...(before?.params ?? []), `[${rows.join(',')}]`, textArrayLiteral(ids), textArrayLiteral(urls)],
+  };
 }
 
 /** Collects the payloads a transaction emitted; `publish` hands them to the bus after commit. */

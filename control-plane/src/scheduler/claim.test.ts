@@ -3,7 +3,8 @@ import { describe, expect, it } from 'vitest';
 import { insertAgent, json, VALID } from '../../../test/api/support.ts';
 import { useTestApp } from '../../../test/helpers/app.ts';
 import { dbKinds } from '../../../test/helpers/db-kinds.ts';
-import { agentCapabilities, claimTasksIn, textArrayLiteral } from './claim.ts';
+import { textArrayLiteral } from '../db/array-literal.ts';
+import { agentCapabilities, claimTasksIn } from './claim.ts';
 import { GroupCommit } from './group-commit.ts';
 
 /** Values an agent's birth may carry as encoder or hwaccel names: anything a JSON string holds. */

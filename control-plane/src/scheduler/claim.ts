@@ -1,19 +1,12 @@
 import type { ClaimedTask } from '@ffleet/shared';
 import { and, asc, eq, inArray, sql } from 'drizzle-orm';
+import { textArrayLiteral } from '../db/array-literal.ts';
 import type { Db } from '../db/client.ts';
 import { type TaskRow, toTask } from '../db/mappers.ts';
 import { taskIsRunning, tasks } from '../db/schema.ts';
 import { ph, runCached } from '../db/statement-cache.ts';
 import type { EmittedEvents } from '../events/outbox.ts';
 import { emitTaskUpdated } from '../services/tasks.ts';
-
-/**
- * A PostgreSQL array literal (`{"a","b\\"c"}`) of text values, bound as ONE text parameter and cast
- * to text[] in the statement (the same on postgres-js and PGlite, which type JS arrays differently).
- * Every element is quoted, so commas, braces, spaces, quotes, backslashes and the word NULL stay text.
- */
-export const textArrayLiteral = (values: readonly string[]): string =>
-  `{${values.map((v) => `"${v.replace(/[\\"]/g, (c) => `\\${c}`)}"`).join(',')}}`;
 
 /** The bound form of each capability list, kept while the list lives (the fleet keeps one per agent row). */
 const boundCapabilities = new WeakMap<readonly string[], string>();

@@ -10,6 +10,7 @@ import {
 import { and, eq, sql } from 'drizzle-orm';
 import type { Logger } from 'pino';
 import type { ControlPlaneClient } from '../broker/control-plane-client.ts';
+import { textArrayLiteral } from '../db/array-literal.ts';
 import { type AgentRow, effectiveLabels, effectiveSlots } from '../db/mappers.ts';
 import { agents, taskIsRunning, tasks, watchfolders } from '../db/schema.ts';
 import type { FleetHooks, ServiceContext } from '../services/context.ts';
@@ -506,14 +507,14 @@ export class Fleet implements FleetHooks {
     if (!this.#heard.size) return;
     const heard = [...this.#heard];
     this.#heard.clear();
-    const values = sql.join(
-      heard.map(([name, at]) => sql`(${name}::text, ${at}::bigint)`),
-      sql`, `,
-    );
     await this.#ctx.database.db
       .update(agents)
       .set({ lastSeen: sql`GREATEST(${agents.lastSeen}, heard.at)` })
-      .from(sql`(VALUES ${values}) AS heard(name, at)`)
+      .from(
+        sql`unnest(${textArrayLiteral(heard.map(([name]) => name))}::text[], ${textArrayLiteral(
+          heard.map(([, at]) => String(at)),
+        )}::bigint[]) AS heard(name, at)`,
+      )
       .where(sql`${agents.name} = heard.name`);
     for (const [name, at] of heard) {
       const a = this.#agents.get(name);

@@ -1,4 +1,5 @@
-import { and, eq, inArray, lt, sql } from 'drizzle-orm';
+import { and, eq, lt, sql } from 'drizzle-orm';
+import { anyOf, textArrayLiteral } from '../db/array-literal.ts';
 import type { Db } from '../db/client.ts';
 import type { TaskRow } from '../db/mappers.ts';
 import { taskIsRunning, tasks } from '../db/schema.ts';
@@ -36,14 +37,14 @@ export async function renewLeasesIn(
   const wellFormed = running.filter((r) => UUID_RE.test(r.taskId) && Number.isInteger(r.attempt));
   const renewed = new Set<string>();
   if (wellFormed.length) {
-    const refs = sql.join(
-      wellFormed.map((r) => sql`(${r.taskId}::uuid, ${r.attempt}::int, ${r.leaseToken}::text)`),
-      sql`, `,
-    );
     const rows = await db
       .update(tasks)
       .set({ leaseExpiresAt: now + leaseTtlMs })
-      .from(sql`(VALUES ${refs}) AS ref(id, attempt, lease_token)`)
+      .from(
+        sql`unnest(${textArrayLiteral(wellFormed.map((r) => r.taskId))}::uuid[], ${textArrayLiteral(
+          wellFormed.map((r) => String(r.attempt)),
+        )}::int[], ${textArrayLiteral(wellFormed.map((r) => r.leaseToken))}::text[]) AS ref(id, attempt, lease_token)`,
+      )
       .where(
         and(
           sql`${tasks.id} = ref.id AND ${tasks.attempt} = ref.attempt AND ${tasks.leaseToken} = ref.lease_token`,
@@ -88,7 +89,7 @@ export async function sweepExpiredLeases(
     const conds = [taskIsRunning];
     if (opts.onlyIds) {
       if (opts.onlyIds.length === 0) return { requeued: [], failed: [], canceled: [] };
-      conds.push(inArray(tasks.id, opts.onlyIds));
+      conds.push(anyOf(tasks.id, opts.onlyIds, 'uuid'));
     } else conds.push(lt(tasks.leaseExpiresAt, now));
     const expired = await tx
       .select()

@@ -1,5 +1,6 @@
 import { basename, dirname, isAbsolute, join, normalize } from 'node:path';
-import { and, eq, inArray } from 'drizzle-orm';
+import { and, eq } from 'drizzle-orm';
+import { anyOf } from '../db/array-literal.ts';
 import type { Db } from '../db/client.ts';
 import { isUniqueViolation } from '../db/errors.ts';
 import { presets, tasks, watchfolders } from '../db/schema.ts';
@@ -65,7 +66,7 @@ export async function createWatchTasksIn(
     .select({ wf: watchfolders, preset: presets })
     .from(watchfolders)
     .leftJoin(presets, eq(presets.id, watchfolders.presetId))
-    .where(inArray(watchfolders.id, wfIds));
+    .where(anyOf(watchfolders.id, wfIds, 'uuid'));
   const byId = new Map(rows.map((r) => [r.wf.id, r]));
   const keys: (string | null)[] = reqs.map((r, i) => {
     if (out[i]) return null;
@@ -84,7 +85,7 @@ export async function createWatchTasksIn(
     const found = await tx
       .select({ id: tasks.id, watchKey: tasks.watchKey })
       .from(tasks)
-      .where(inArray(tasks.watchKey, wanted));
+      .where(anyOf(tasks.watchKey, wanted, 'text'));
     for (const t of found) if (t.watchKey) taskOf.set(t.watchKey, t.id);
   }
   for (const [i, r] of reqs.entries()) {

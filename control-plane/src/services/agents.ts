@@ -1,6 +1,7 @@
 import { type Agent, type AgentPatch, type PageQuery, unstorableText } from '@ffleet/shared';
-import { and, count, desc, eq, inArray } from 'drizzle-orm';
+import { and, count, desc, eq } from 'drizzle-orm';
 import { ConflictError, NotFoundError } from '../api/errors.ts';
+import { anyOf } from '../db/array-literal.ts';
 import type { Db } from '../db/client.ts';
 import { type AgentRow, toAgent } from '../db/mappers.ts';
 import { agents, taskIsRunning, tasks } from '../db/schema.ts';
@@ -15,7 +16,7 @@ async function withRunning(db: Db, rows: AgentRow[]): Promise<Agent[]> {
     const rs = await db
       .select({ id: tasks.id, agentId: tasks.agentId })
       .from(tasks)
-      .where(and(inArray(tasks.agentId, ids), taskIsRunning));
+      .where(and(anyOf(tasks.agentId, ids, 'uuid'), taskIsRunning));
     for (const r of rs) {
       const list = running.get(r.agentId!) ?? [];
       list.push(r.id);

@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import type { Batch, BatchCreate, PageQuery } from '@ffleet/shared';
-import { count, desc, eq, inArray } from 'drizzle-orm';
+import { count, desc, eq } from 'drizzle-orm';
 import { ConflictError, NotFoundError, ValidationError } from '../api/errors.ts';
+import { anyOf } from '../db/array-literal.ts';
 import type { Db } from '../db/client.ts';
 import { type PresetRow, toBatch, toTask } from '../db/mappers.ts';
 import { batches, presets, tasks } from '../db/schema.ts';
@@ -42,7 +43,10 @@ export async function createBatch(
     const found = new Map<string, PresetRow>();
     const validIds = presetIds.filter(isUuid);
     if (validIds.length) {
-      for (const p of await tx.select().from(presets).where(inArray(presets.id, validIds)))
+      for (const p of await tx
+        .select()
+        .from(presets)
+        .where(anyOf(presets.id, validIds, 'uuid')))
         found.set(p.id, p);
     }
     const now = ctx.now();

@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import type { PageQuery, Watchfolder, WatchfolderCreate } from '@ffleet/shared';
-import { and, count, desc, eq, inArray, ne } from 'drizzle-orm';
+import { and, count, desc, eq, ne } from 'drizzle-orm';
 import { ConflictError, NotFoundError, ValidationError } from '../api/errors.ts';
+import { anyOf } from '../db/array-literal.ts';
 import type { Db } from '../db/client.ts';
 import { isUniqueViolation } from '../db/errors.ts';
 import { toWatchfolder, type WatchfolderRow } from '../db/mappers.ts';
@@ -17,7 +18,7 @@ async function withAssigned(db: Db, rows: WatchfolderRow[]): Promise<Watchfolder
     for (const a of await db
       .select({ id: agents.id, name: agents.name })
       .from(agents)
-      .where(inArray(agents.id, ids))) {
+      .where(anyOf(agents.id, ids, 'uuid'))) {
       names.set(a.id, a.name);
     }
   }
