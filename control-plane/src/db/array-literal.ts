@@ -17,3 +17,18 @@ export const textArrayLiteral = (values: readonly string[]): string =>
 export function anyOf(column: SQLWrapper, values: readonly string[], type: 'uuid' | 'text'): SQL {
   return sql`${column} = ANY(${textArrayLiteral(values)}::${sql.raw(type)}[])`;
 }
+
+/**
+ * `unnest($1::t1[], $2::t2[], …) AS alias(c1, c2, …)`: rows given column by column, each column one
+ * array-literal parameter, so the text is the same for any number of rows (a VALUES list is not).
+ */
+export function unnestRows(
+  alias: string,
+  columns: readonly (readonly [name: string, type: string, values: readonly (string | number)[]])[],
+): SQL {
+  const arrays = sql.join(
+    columns.map(([, type, values]) => sql`${textArrayLiteral(values.map(String))}::${sql.raw(type)}[]`),
+    sql`, `,
+  );
+  return sql`unnest(${arrays}) AS ${sql.raw(alias)}(${sql.raw(columns.map(([name]) => name).join(', '))})`;
+}

@@ -72,6 +72,8 @@ export type OpenOptions =
       max?: number;
       /** Named statements (default true); false behind a transaction-mode pooler. */
       prepare?: boolean;
+      /** Distinct texts prepared at most (default {@link MAX_PREPARED_TEXTS}); the rest run unnamed. */
+      maxPrepared?: number;
     }
   | { kind: 'pglite'; dataDir?: string; loadDataDir?: Blob | File };
 
@@ -84,8 +86,9 @@ export type OpenOptions =
  *
  * A prepared statement lives as long as its connection (postgres.js never closes one), so the set of
  * texts must stay bounded: statements whose size varies bind their lists as arrays (array-literal.ts)
- * instead of a parameter per item. As a safety net, at most {@link MAX_PREPARED_TEXTS} distinct texts
- * are prepared per process; any text beyond them runs unnamed (two round trips, nothing kept).
+ * instead of a parameter per item. As a safety net, `admit` lets at most `maxPrepared` distinct texts
+ * of this client become named statements; any text beyond them runs unnamed (two round trips, nothing
+ * kept).
  */
 /** See {@link preparing}: the 256 sizes of the old events statement held 165 MB in one server backend. */
 export const MAX_PREPARED_TEXTS = 1000;
@@ -112,20 +115,18 @@ export function preparedAdmission(max: number): (text: string) => boolean {
   };
 }
 
-const admitPrepared = preparedAdmission(MAX_PREPARED_TEXTS);
-
-function preparing(client: postgres.Sql): postgres.Sql {
+function preparing(client: postgres.Sql, admit: (text: string) => boolean): postgres.Sql {
   return new Proxy(client, {
     get(target, prop, receiver) {
       if (prop === 'unsafe') {
         return (query: string, params?: unknown[], opts?: Record<string, unknown>) =>
-          target.unsafe(query, params as never, { ...opts, prepare: admitPrepared(query) });
+          target.unsafe(query, params as never, { ...opts, prepare: admit(query) });
       }
       if (prop === 'begin' || prop === 'savepoint') {
         return (...args: unknown[]) => {
           const fn = args.pop() as (c: postgres.Sql) => unknown;
           const method = Reflect.get(target, prop, receiver) as (...a: unknown[]) => unknown;
-          return method.call(target, ...args, (c: postgres.Sql) => fn(preparing(c)));
+          return method.call(target, ...args, (c: postgres.Sql) => fn(preparing(c, admit)));
         };
       }
       return Reflect.get(target, prop, receiver);
@@ -226,7 +227,8 @@ export async function openDatabase(opts: OpenOptions): Promise<Database> {
       prepare: opts.prepare ?? true,
       // bigint columns are read as numbers by drizzle's mode:'number'; keep types default otherwise.
     });
-    const db = drizzlePostgres(opts.prepare === false ? client : preparing(client), {
+    const admit = preparedAdmission(opts.maxPrepared ?? MAX_PREPARED_TEXTS);
+    const db = drizzlePostgres(opts.prepare === false ? client : preparing(client, admit), {
       schema,
     }) as unknown as Db;
     await migratePostgres(drizzlePostgres(client), { migrationsFolder: MIGRATIONS_DIR });

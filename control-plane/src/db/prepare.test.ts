@@ -11,16 +11,22 @@ import { tasks } from './schema.ts';
 
 const PG = await postgresAvailable();
 
-describe.skipIf(!PG)('prepared statements on PostgreSQL (FFLEET_PG_PREPARE)', () => {
+/** A fresh PostgreSQL database for the enclosing describe; each test opens its own pool on it. */
+function useScratchDatabase(): () => string {
   let base: TestDatabase;
   beforeAll(async () => {
     base = await openTestDatabase('postgres');
   });
   afterAll(() => base?.drop());
+  return () => base.url!;
+}
+
+describe.skipIf(!PG)('prepared statements on PostgreSQL (FFLEET_PG_PREPARE)', () => {
+  const baseUrl = useScratchDatabase();
 
   /** Named statements on the (only) connection after one parameterised query. */
   async function preparedAfterQuery(prepare: boolean): Promise<number> {
-    const d = await openDatabase({ kind: 'postgres', url: base.url!, max: 1, prepare });
+    const d = await openDatabase({ kind: 'postgres', url: baseUrl(), max: 1, prepare });
     try {
       await d.db.select().from(tasks).where(eq(tasks.id, randomUUID()));
       const [r] = await d.rows<{ n: number }>(
@@ -56,15 +62,39 @@ describe('preparedAdmission', () => {
   });
 });
 
-describe.skipIf(!PG)('statements whose input varies in size (PostgreSQL)', () => {
-  let base: TestDatabase;
-  beforeAll(async () => {
-    base = await openTestDatabase('postgres');
+describe.skipIf(!PG)('the cap on named statements (PostgreSQL)', () => {
+  const baseUrl = useScratchDatabase();
+
+  it('prepares the first maxPrepared texts and runs the others unnamed, with the same results', async () => {
+    const warn = vi.spyOn(process, 'emitWarning').mockImplementation(() => {});
+    const d = await openDatabase({ kind: 'postgres', url: baseUrl(), max: 1, maxPrepared: 2 });
+    try {
+      for (let round = 0; round < 2; round++)
+        for (const probe of ['a', 'b', 'c', 'd']) {
+          const [r] = await d.rows<{ v: number }>(
+            d.db,
+            sql`select ${round}::int + 1 as v /* cap-probe-${sql.raw(probe)} */`,
+          );
+          expect(r!.v).toBe(round + 1);
+        }
+      const named = await d.rows<{ statement: string }>(
+        d.db,
+        sql`select statement from pg_prepared_statements where not from_sql and statement like '%cap-probe%'`,
+      );
+      expect(named.map((r) => /cap-probe-(\w)/.exec(r.statement)![1]).sort()).toEqual(['a', 'b']);
+      expect(warn).toHaveBeenCalledTimes(1);
+    } finally {
+      warn.mockRestore();
+      await d.close();
+    }
   });
-  afterAll(() => base?.drop());
+});
+
+describe.skipIf(!PG)('statements whose input varies in size (PostgreSQL)', () => {
+  const baseUrl = useScratchDatabase();
 
   it('are prepared once each, whatever the number of events, webhooks, leases and ids', async () => {
-    const d = await openDatabase({ kind: 'postgres', url: base.url!, max: 1 });
+    const d = await openDatabase({ kind: 'postgres', url: baseUrl(), max: 1 });
     try {
       const taskId = randomUUID();
       for (let n = 1; n <= 40; n++) {

@@ -51,10 +51,10 @@ export function pendingEvent(opts: EmitOptions): PendingEvent {
  */
 export function eventsStatement(items: readonly PendingEvent[], before?: RawStatement): RawStatement {
   const head = before?.text ?? '';
-  const base = before?.params.length ?? 0;
-  const key = `${base}|${head}`;
-  let text = eventTexts.get(key);
+  // A `before` text fixes its number of parameters, so it alone keys the statement.
+  let text = eventTexts.get(head);
   if (text === undefined) {
+    const base = before?.params.length ?? 0;
     const [events, directIds, directUrls] = [base + 1, base + 2, base + 3];
     // Delivery columns: id, event_id, event, webhook_id, source, url, secret, task_id, progress_only,
     // next_attempt_at, created_at, updated_at (ids are random v4 UUIDs, like randomUUID()).
@@ -71,7 +71,7 @@ SELECT gen_random_uuid(), ev.id, ev.event, w.id, 'global', w.url, w.secret, ${ta
   FROM ev JOIN webhooks w ON w.event = ev.event
 UNION ALL SELECT gen_random_uuid(), ev.id, ev.event, NULL::uuid, 'direct', d.url, NULL::text, ${tail}
   FROM unnest($${directIds}::uuid[], $${directUrls}::text[]) AS d(event_id, url) JOIN ev ON ev.id = d.event_id`;
-    if (eventTexts.size < 1000) eventTexts.set(key, text);
+    if (eventTexts.size < 1000) eventTexts.set(head, text);
   }
   // Per event: its payload, created_at, task id and progressOnly, as one JSON array.
   const rows = items.map(

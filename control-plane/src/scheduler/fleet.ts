@@ -10,7 +10,7 @@ import {
 import { and, eq, sql } from 'drizzle-orm';
 import type { Logger } from 'pino';
 import type { ControlPlaneClient } from '../broker/control-plane-client.ts';
-import { textArrayLiteral } from '../db/array-literal.ts';
+import { unnestRows } from '../db/array-literal.ts';
 import { type AgentRow, effectiveLabels, effectiveSlots } from '../db/mappers.ts';
 import { agents, taskIsRunning, tasks, watchfolders } from '../db/schema.ts';
 import type { FleetHooks, ServiceContext } from '../services/context.ts';
@@ -511,9 +511,10 @@ export class Fleet implements FleetHooks {
       .update(agents)
       .set({ lastSeen: sql`GREATEST(${agents.lastSeen}, heard.at)` })
       .from(
-        sql`unnest(${textArrayLiteral(heard.map(([name]) => name))}::text[], ${textArrayLiteral(
-          heard.map(([, at]) => String(at)),
-        )}::bigint[]) AS heard(name, at)`,
+        unnestRows('heard', [
+          ['name', 'text', heard.map(([name]) => name)],
+          ['at', 'bigint', heard.map(([, at]) => at)],
+        ]),
       )
       .where(sql`${agents.name} = heard.name`);
     for (const [name, at] of heard) {

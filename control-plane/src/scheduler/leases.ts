@@ -1,5 +1,5 @@
 import { and, eq, lt, sql } from 'drizzle-orm';
-import { anyOf, textArrayLiteral } from '../db/array-literal.ts';
+import { anyOf, unnestRows } from '../db/array-literal.ts';
 import type { Db } from '../db/client.ts';
 import type { TaskRow } from '../db/mappers.ts';
 import { taskIsRunning, tasks } from '../db/schema.ts';
@@ -41,9 +41,11 @@ export async function renewLeasesIn(
       .update(tasks)
       .set({ leaseExpiresAt: now + leaseTtlMs })
       .from(
-        sql`unnest(${textArrayLiteral(wellFormed.map((r) => r.taskId))}::uuid[], ${textArrayLiteral(
-          wellFormed.map((r) => String(r.attempt)),
-        )}::int[], ${textArrayLiteral(wellFormed.map((r) => r.leaseToken))}::text[]) AS ref(id, attempt, lease_token)`,
+        unnestRows('ref', [
+          ['id', 'uuid', wellFormed.map((r) => r.taskId)],
+          ['attempt', 'int', wellFormed.map((r) => r.attempt)],
+          ['lease_token', 'text', wellFormed.map((r) => r.leaseToken)],
+        ]),
       )
       .where(
         and(
