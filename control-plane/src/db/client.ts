@@ -144,9 +144,10 @@ const PGLITE_SETTINGS = ['-c', 'shared_buffers=16MB'];
 /**
  * Creating a data dir runs initdb in a second WASM instance (~430 MB of WASM memory and file bundles)
  * that is garbage once PGlite is up, but an idle process allocates nothing, so V8 may never collect it:
- * an idle all-in-one stayed at ~900 MB RSS after a first start. Collect once, right after.
+ * an idle all-in-one stayed at ~900 MB RSS after a first start. Collect once, right after (also used by
+ * tests that measure what stays in the heap).
  */
-function releaseInitMemory(): void {
+export function collectGarbage(): void {
   try {
     let gc = (globalThis as { gc?: () => void }).gc;
     if (!gc) {
@@ -268,7 +269,7 @@ export async function openDatabase(opts: OpenOptions): Promise<Database> {
   await migratePglite(drizzlePglite(pg), { migrationsFolder: MIGRATIONS_DIR });
   // Named statements over PGlite's wire protocol (pglite-client.ts); migrations above use PGlite itself.
   const db = drizzlePglite(new PgliteClient(pg) as unknown as PGlite, { schema }) as unknown as Db;
-  if (fresh) releaseInitMemory();
+  if (fresh) collectGarbage();
   let closed = false;
   return {
     db,

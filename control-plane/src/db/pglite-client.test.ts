@@ -3,6 +3,7 @@ import { sql } from 'drizzle-orm';
 import { boolean, integer, jsonb, pgTable, text, uuid } from 'drizzle-orm/pg-core';
 import { drizzle } from 'drizzle-orm/pglite';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { collectGarbage } from './client.ts';
 import { PgliteClient } from './pglite-client.ts';
 
 const items = pgTable('items', {
@@ -191,5 +192,44 @@ describe('PgliteClient (PGlite over the wire protocol with named statements)', (
     expect(exec.rows[0]!.c).toBeGreaterThan(0);
     const multi = await client.exec('select 1 as a; select 2 as b');
     expect(multi.map((r) => r.rows)).toEqual([[{ a: 1 }], [{ b: 2 }]]);
+  });
+});
+
+describe('PgliteClient answers', () => {
+  let pg: PGlite;
+  let client: PgliteClient;
+
+  beforeAll(async () => {
+    pg = new PGlite();
+    await pg.waitReady;
+    client = new PgliteClient(pg);
+  });
+  afterAll(() => pg.close());
+
+  it('reads answers of any size whole: a 4 MB value, 20,000 rows', async () => {
+    const big = await client.query<{ v: string }>("select repeat('ab', 2 * 1024 * 1024) as v");
+    expect(big.rows[0]!.v.length).toBe(4 * 1024 * 1024);
+    expect(big.rows[0]!.v.slice(0, 6)).toBe('ababab');
+    const many = await client.query<{ i: number; s: string }>(
+      "select i, 'row ' || i as s from generate_series(1, $1::int) as i",
+      [20_000],
+    );
+    expect(many.rows).toHaveLength(20_000);
+    expect(many.rows[19_999]).toEqual({ i: 20_000, s: 'row 20000' });
+  });
+
+  it('keeps nothing of an answer once it is read', async () => {
+    // PGlite's own execProtocolRawSync parses every answer again and keeps the parsed messages until
+    // its next query(): with that path the 400 answers below (20 kB each) stayed in the heap.
+    const run = async () => {
+      for (let i = 0; i < 400; i++) await client.query("select repeat('x', 20000) || $1::text as v", [i]);
+    };
+    await run(); // statement prepared, code warm
+    collectGarbage();
+    const before = process.memoryUsage().heapUsed;
+    await run();
+    collectGarbage();
+    const grown = process.memoryUsage().heapUsed - before;
+    expect(grown).toBeLessThan(2_000_000);
   });
 });
