@@ -71,4 +71,40 @@ describe.each(dbKinds)('claims on %s', (kind) => {
     );
     expect(rest.map((r) => r.status)).toEqual(['QUEUED', 'QUEUED']);
   });
+
+  it('finds the tasks to claim through indexes only, also once ANALYZE has seen a long queue', async () => {
+    // 2,000 queued tasks, counted by ANALYZE: with `id IN (candidates)` the planner then chose a hash
+    // semi join over a sequential scan of the whole table for every claim.
+    for (let b = 0; b < 2; b++) {
+      const tasks = Array.from({ length: 1000 }, () => VALID.task());
+      await json(await t.call('POST', '/api/v1/batches', { tasks }), 201);
+    }
+    await t.db.db.execute(sql`ANALYZE tasks`);
+    const agent = await insertAgent(t.db, { online: true });
+    const claiming = {
+      id: agent.id,
+      name: agent.name,
+      capabilities: agentCapabilities({ ...agent, labels: agent.reportedLabels }),
+      slots: 10,
+    };
+    const group = new GroupCommit(t.ctx);
+    for (let i = 0; i < 3; i++) {
+      const { claimed, seqScans } = await group.run(async (tx, ev) => {
+        // This backend's counters not yet reported (pg_stat_xact_*; on PostgreSQL they may still hold
+        // earlier transactions'), before and after: what the claim statement read, and how.
+        const seqScansNow = async () =>
+          (
+            await t.db.rows<{ n: number }>(
+              tx,
+              sql`SELECT coalesce(sum(seq_scan), 0)::int AS n FROM pg_stat_xact_user_tables WHERE relname = 'tasks'`,
+            )
+          )[0]!.n;
+        const before = await seqScansNow();
+        const claimed = await claimTasksIn(tx, ev, Date.now(), claiming, 1, 60_000);
+        return { claimed, seqScans: (await seqScansNow()) - before };
+      });
+      expect(claimed).toHaveLength(1);
+      expect(seqScans).toBe(0);
+    }
+  });
 });

@@ -1,5 +1,5 @@
 import type { ClaimedTask } from '@ffleet/shared';
-import { and, asc, eq, inArray, sql } from 'drizzle-orm';
+import { and, asc, eq, sql } from 'drizzle-orm';
 import { textArrayLiteral } from '../db/array-literal.ts';
 import type { Db } from '../db/client.ts';
 import { type TaskRow, toTask } from '../db/mappers.ts';
@@ -35,11 +35,11 @@ export type ClaimingAgent = {
  * Claim up to `max` queued tasks for one agent in ONE statement, in the caller's transaction (group
  * commit runs many claims in one):
  *
- *   UPDATE tasks SET … WHERE id IN (
+ *   UPDATE tasks SET … WHERE id = ANY(ARRAY(
  *     SELECT id FROM tasks WHERE status='QUEUED' AND requires <@ caps
  *     ORDER BY priority DESC NULLS LAST, created_at, id
  *     LIMIT greatest(0, least(max, slots - (SELECT count(*) … running on this agent)))
- *     FOR UPDATE SKIP LOCKED)
+ *     FOR UPDATE SKIP LOCKED))
  *
  * The free-slot count is part of the statement: no separate count round trip before every claim.
  * Ordering: higher priority first, FIFO within a priority (id breaks ties, batches share created_at).
@@ -121,7 +121,11 @@ export async function claimTasksIn(
           cancelRequested: false,
           updatedAt: ph('now'),
         } as unknown as Partial<typeof tasks.$inferInsert>)
-        .where(inArray(tasks.id, candidates))
+        // `= ANY(ARRAY(…))`, not `IN (…)`: the candidates are one InitPlan and the rows to update are
+        // found through the primary key. With `IN`, once ANALYZE has seen a large queue, the planner
+        // estimated the LIMIT (an expression) at a tenth of the queued rows and turned the claim into a
+        // hash semi join over a sequential scan of the whole tasks table (8,000 tasks: 2.2 → 9.1 ms).
+        .where(sql`${tasks.id} = ANY(ARRAY(${candidates}))`)
         .returning();
     },
     values,
