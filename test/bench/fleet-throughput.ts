@@ -2,7 +2,7 @@
  * bench:fleet (b) and (d): 200 short transcodes through ffleet with 2 agents × 1 slot against the same
  * ffmpeg commands run directly with `xargs -P 2`, and the agents' resident memory at idle, 5 s after
  * they came online. One run alternates direct and ffleet, starting and ending with direct
- * (BENCH_ROUNDS ffleet runs, default 2): each ffleet run is set against the mean of the direct runs
+ * (BENCH_ROUNDS ffleet runs, default 3): each ffleet run is set against the mean of the direct runs
  * around it, because the machine's speed drifts (on a shared 2-vCPU VM two direct runs a minute apart
  * differed by up to 10 %), and the ratio is the sum of the ffleet times over the sum of those means.
  */
@@ -46,13 +46,18 @@ const TRANSCODE = ['-y', '-i', '{in}', '-c:v', 'libx264', '-preset', 'ultrafast'
 const RUN_TIMEOUT_MS = 300_000;
 const IDLE_RSS_AFTER_MS = 5_000;
 /**
- * Tasks run through both paths before the measured runs (BENCH_WARMUP): ffmpeg's files in the page
- * cache, and the control plane's and agents' JIT past its first compilations (a service that has been
- * up a while; a cold one spends a fifth of its CPU in V8's compilers during the first 200 tasks).
+ * Tasks run through both paths before the measured runs (BENCH_WARMUP, default 4): ffmpeg's files in the
+ * page cache. A fresh control plane is also still compiling: V8 optimises its JavaScript and tiers
+ * PGlite's WebAssembly up for hundreds of tasks (perf, cpu-clock: 17–24 % of its CPU in V8's optimising
+ * compiler during the second to fourth 200 tasks after start), so BENCH_WARMUP=200 measures a control
+ * plane that has been up a while. A warm-up of WARMUP_ROW_MIN tasks or more is measured like a round and
+ * printed as its own row (its direct run, then its ffleet run, set against the mean of that direct run
+ * and the first measured one): cold and warm in one run.
  */
-const WARMUP = Number(process.env.BENCH_WARMUP ?? 4);
+const WARMUP = Math.max(0, Number(process.env.BENCH_WARMUP ?? 4));
+const WARMUP_ROW_MIN = 20;
 /** ffleet runs, each between two direct runs (see the file comment). */
-const ROUNDS = Math.max(1, Number(process.env.BENCH_ROUNDS ?? 2));
+const ROUNDS = Math.max(1, Number(process.env.BENCH_ROUNDS ?? 3));
 
 export type ThroughputResult = {
   count: number;
@@ -64,6 +69,8 @@ export type ThroughputResult = {
   ratios: number[];
   /** All ffleet time over the sum of those means. */
   ratio: number;
+  /** The warm-up run (tasks, seconds direct / ffleet, ratio), measured the same way; null without one. */
+  warmup: { count: number; directS: number; ffleetS: number; ratio: number } | null;
   /** Per task: agent busy time (claim → finish) summed, vs 2 × wall. */
   idlePerTaskMs: number;
   /** Per agent: a task's finishedAt → that agent's next claim (startedAt); p50 / p95 / count over 500 ms. */
@@ -237,9 +244,12 @@ export async function benchThroughput(cp: ControlPlane, count: number): Promise<
     await sleep(IDLE_RSS_AFTER_MS);
     const agentIdleRssMb = Math.max(...agents.map((a) => rssMb(a.pid!)));
     const warm = Array.from({ length: WARMUP }, (_, i) => count + i);
+    let warmDirectS = 0;
+    let warmFfleetS = 0;
     if (warm.length) {
-      await runDirect(inDir, join(cp.dir, 'media', 'warm-direct'), warm);
-      await runFfleet(cp, finished, inDir, join(cp.dir, 'media', 'warm-ffleet'), warm);
+      warmDirectS = await runDirect(inDir, join(cp.dir, 'media', 'warm-direct'), warm);
+      warmFfleetS = (await runFfleet(cp, finished, inDir, join(cp.dir, 'media', 'warm-ffleet'), warm))
+        .seconds;
     }
     const ids = Array.from({ length: count }, (_, i) => i);
     const sample = () => {
@@ -292,6 +302,16 @@ export async function benchThroughput(cp: ControlPlane, count: number): Promise<
       ffleetS,
       ratios: ffleetS.map((f, r) => f / around[r]!),
       ratio: sum(ffleetS) / sum(around),
+      // Against the mean of its own direct run and the first measured one (scaled to its size).
+      warmup:
+        warm.length >= WARMUP_ROW_MIN
+          ? {
+              count: warm.length,
+              directS: warmDirectS,
+              ffleetS: warmFfleetS,
+              ratio: warmFfleetS / ((warmDirectS + (directS[0]! * warm.length) / count) / 2),
+            }
+          : null,
       idlePerTaskMs: (2 * sum(ffleetS) * 1000 - busyMs) / tasks,
       gapP50: percentile(gaps, 50),
       gapP95: percentile(gaps, 95),

@@ -47,6 +47,11 @@ function throughputRows(t: ThroughputResult, db: string): void {
   row('(b) same through ffleet (2 agents × 1)', secs(t.ffleetS));
   row('(b) ratio of each ffleet run / direct around it', t.ratios.map((r) => r.toFixed(3)).join(', '));
   row('(b) ratio ffleet / direct (all runs)', t.ratio.toFixed(3), '≤ 1.10', t.ratio <= 1.1);
+  if (t.warmup)
+    row(
+      `(b) warm-up run first after start: ${t.warmup.count} tasks direct / ffleet, ratio`,
+      `${t.warmup.directS.toFixed(2)} s / ${t.warmup.ffleetS.toFixed(2)} s, ${t.warmup.ratio.toFixed(3)}`,
+    );
   row('(b) agent idle time per task', ms(t.idlePerTaskMs));
   row('(b) finish → next claim p50 / p95 / >500 ms', `${ms(t.gapP50)} / ${ms(t.gapP95)} / ${t.gapsOver500}`);
   row(
