@@ -248,7 +248,8 @@ export class PgliteClient {
    * its `execProtocolRawSync` also parses every message the backend writes into objects (rows with
    * their strings) and appends them to a list that only its own `query()` clears, so each statement
    * was read twice and its answer kept in memory until the next PGlite `query()` (measured: heap
-   * +6.7 MB per 5,000 one-row statements, never released while only this client runs).
+   * +6.7 MB per 5,000 statements answering one 1 kB value, never released while only this client runs;
+   * 176 µs of CPU per such statement that way, 99 µs this way).
    */
   async #exchange(
     parts: Uint8Array[],

@@ -104,7 +104,8 @@ export async function claimTasksIn(
       // `= ANY(ARRAY(…))`, not `IN (…)`: the candidates are one InitPlan and the rows to update are
       // found through the primary key. With `IN`, once ANALYZE has seen a large queue, the planner
       // estimated the LIMIT (an expression) at a tenth of the queued rows and turned the claim into a
-      // hash semi join over a sequential scan of the whole tasks table (8,000 tasks: 2.2 → 9.1 ms).
+      // hash semi join over a sequential scan of the whole tasks table (8,000 queued tasks on PGlite,
+      // after ANALYZE: 9.1 ms per claim that way, 2.3 ms this way).
       return tx
         .update(tasks)
         .set({
