@@ -6,14 +6,25 @@ import { join } from 'node:path';
 import { sql } from 'drizzle-orm';
 import { openDatabase } from '../../control-plane/src/db/client.ts';
 import { openTestDatabase, postgresAvailable } from '../helpers/db.ts';
-import { fmt, freePort, load, loadFast, ROOT, rssMb, startFfleet, stopChild, WRK } from './harness.ts';
+import {
+  envNumber,
+  fmt,
+  freePort,
+  load,
+  loadFast,
+  ROOT,
+  rssMb,
+  startFfleet,
+  stopChild,
+  WRK,
+} from './harness.ts';
 
-const SEQ = Number(process.env.BENCH_SEQ ?? 1000);
-const CONC_TOTAL = Number(process.env.BENCH_CONC ?? 5000);
-const ROWS = Number(process.env.BENCH_ROWS ?? 100_000);
-const LIST_REQ = Number(process.env.BENCH_LIST ?? 300);
+const SEQ = envNumber('BENCH_SEQ', 1000, { min: 1 });
+const CONC_TOTAL = envNumber('BENCH_CONC', 5000, { min: 1 });
+const ROWS = envNumber('BENCH_ROWS', 100_000);
+const LIST_REQ = envNumber('BENCH_LIST', 300, { min: 1 });
 /** Duration of each wrk run (16 clients); node:http runs BENCH_CONC requests instead. */
-const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
+const SECONDS = envNumber('BENCH_SECONDS', 5, { min: 1, integer: false });
 
 const taskBody = () =>
   JSON.stringify({

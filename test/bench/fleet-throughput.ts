@@ -22,7 +22,7 @@ import {
   waitForAgents,
   wallMs,
 } from './bench-cluster.ts';
-import { childCpuMs, cpuSplitMs, processesCpuMs, rssMb, syscalls } from './harness.ts';
+import { childCpuMs, cpuSplitMs, envNumber, processesCpuMs, rssMb, syscalls } from './harness.ts';
 import { SseClient } from './sse-client.ts';
 
 /**
@@ -54,10 +54,10 @@ const IDLE_RSS_AFTER_MS = 5_000;
  * printed as its own row (its direct run, then its ffleet run, set against the mean of that direct run
  * and the first measured one): cold and warm in one run.
  */
-const WARMUP = Math.max(0, Number(process.env.BENCH_WARMUP ?? 4));
+const WARMUP = envNumber('BENCH_WARMUP', 4);
 const WARMUP_ROW_MIN = 20;
 /** ffleet runs, each between two direct runs (see the file comment). */
-const ROUNDS = Math.max(1, Number(process.env.BENCH_ROUNDS ?? 3));
+const ROUNDS = envNumber('BENCH_ROUNDS', 3, { min: 1 });
 
 export type ThroughputResult = {
   count: number;

@@ -8,13 +8,14 @@ import { type ControlPlane, cleanUpNow, describeLoad, startControlPlane } from '
 import { benchDispatch, type DispatchResult } from './fleet-dispatch.ts';
 import { benchSimAgents, type SimResult } from './fleet-sim.ts';
 import { benchThroughput, type ThroughputResult } from './fleet-throughput.ts';
+import { envNumber } from './harness.ts';
 
 const PARTS = new Set((process.env.BENCH_PARTS ?? 'a,b,c,d').split(','));
-const DISPATCH = Number(process.env.BENCH_DISPATCH ?? 200);
-const TRANSCODES = Number(process.env.BENCH_TRANSCODES ?? 200);
-const SIM_AGENTS = Number(process.env.BENCH_SIM_AGENTS ?? 500);
-const SIM_TASKS = Number(process.env.BENCH_SIM_TASKS ?? 8000);
-const SIM_WINDOW_MS = Number(process.env.BENCH_SIM_WINDOW_MS ?? 20_000);
+const DISPATCH = envNumber('BENCH_DISPATCH', 200, { min: 1 });
+const TRANSCODES = envNumber('BENCH_TRANSCODES', 200, { min: 1 });
+const SIM_AGENTS = envNumber('BENCH_SIM_AGENTS', 500, { min: 1 });
+const SIM_TASKS = envNumber('BENCH_SIM_TASKS', 8000, { min: 1 });
+const SIM_WINDOW_MS = envNumber('BENCH_SIM_WINDOW_MS', 20_000, { min: 1 });
 type Backend = 'pglite' | 'postgres';
 /** Part (c) runs on each of these backends (postgres only when the test server answers). */
 const SIM_DBS = (process.env.BENCH_SIM_DB ?? 'pglite,postgres').split(',') as Backend[];

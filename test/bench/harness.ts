@@ -7,6 +7,28 @@ import { join, resolve } from 'node:path';
 
 export const ROOT = resolve(import.meta.dirname, '../..');
 
+/**
+ * A numeric benchmark knob from the environment: `fallback` when unset or empty; a clear error when it
+ * is not a number, not whole (`integer`) or below `min` (a typo would otherwise run as NaN rounds or
+ * tasks and print nonsense).
+ */
+export function envNumber(
+  name: string,
+  fallback: number,
+  opts: { min?: number; integer?: boolean } = {},
+): number {
+  const raw = process.env[name];
+  if (raw === undefined || raw.trim() === '') return fallback;
+  const n = Number(raw);
+  const min = opts.min ?? 0;
+  const integer = opts.integer ?? true;
+  if (!Number.isFinite(n) || n < min || (integer && !Number.isInteger(n)))
+    throw new Error(
+      `${name}=${JSON.stringify(raw)}: expected ${integer ? 'a whole number' : 'a number'} ≥ ${min}`,
+    );
+  return n;
+}
+
 export async function freePort(): Promise<number> {
   return new Promise((res, rej) => {
     const s = createServer();

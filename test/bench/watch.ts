@@ -23,15 +23,15 @@ import {
   waitForAgents,
   wallMs,
 } from './bench-cluster.ts';
-import { cpuMs, ROOT, rssMb } from './harness.ts';
+import { cpuMs, envNumber, ROOT, rssMb } from './harness.ts';
 import { SseClient } from './sse-client.ts';
 
-const FILES = Number(process.env.BENCH_WATCH_FILES ?? 10_000);
-const ARRIVING = Number(process.env.BENCH_WATCH_ARRIVING ?? 1_000);
+const FILES = envNumber('BENCH_WATCH_FILES', 10_000);
+const ARRIVING = envNumber('BENCH_WATCH_ARRIVING', 1_000, { min: 1 });
 const DIRS = 100;
 const INTERVAL_S = 1;
 /** Arrival rate in files/s (default as agent/src/watch/scan-bench.ts): bursts of RATE/10 every 100 ms. */
-const RATE = Number(process.env.BENCH_WATCH_RATE ?? 200);
+const RATE = envNumber('BENCH_WATCH_RATE', 200, { min: 1, integer: false });
 const ARRIVAL_BURST = Math.max(1, Math.round(RATE / 10));
 const IDLE_WINDOW_MS = 10_000;
 const ARRIVAL_TIMEOUT_MS = 120_000;
