@@ -1,6 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { join } from 'node:path';
-import type { Duplex } from 'node:stream';
 import { type ServerType, serve } from '@hono/node-server';
 import { count, eq } from 'drizzle-orm';
 import type { Logger } from 'pino';
@@ -9,7 +8,7 @@ import { createApp } from './api/app.ts';
 import { NotFoundError } from './api/errors.ts';
 import { createMetrics } from './api/metrics.ts';
 import { ControlPlaneClient } from './broker/control-plane-client.ts';
-import { EmbeddedBroker } from './broker/embedded-broker.ts';
+import { EmbeddedBroker, type LocalBrokerLink } from './broker/embedded-broker.ts';
 import type { ControlPlaneConfig } from './config/config.ts';
 import { type Database, openDatabase } from './db/client.ts';
 import { agents } from './db/schema.ts';
@@ -73,7 +72,7 @@ export async function startControlPlane(
     let mqttUrl = config.mqttUrl;
     let cpUser = INTERNAL_MQTT_USER;
     let cpPass = agentToken;
-    let connectStream: (() => Duplex) | undefined;
+    let local: LocalBrokerLink | undefined;
     if (!mqttUrl) {
       const internalToken = randomBytes(24).toString('base64url');
       const broker = new EmbeddedBroker({
@@ -87,8 +86,8 @@ export async function startControlPlane(
       stops.push(() => broker.stop());
       mqttUrl = `mqtt://127.0.0.1:${port}`;
       cpPass = internalToken;
-      // Our own client needs no socket to a broker in the same process.
-      connectStream = () => broker.connectInProcess();
+      // The control plane talks to a broker in its own process without an MQTT connection.
+      local = broker.localLink();
       logger.info({ port }, 'embedded MQTT broker listening');
     } else {
       const u = new URL(mqttUrl);
@@ -119,7 +118,7 @@ export async function startControlPlane(
       password: cpPass,
       logger,
       clientId: `${INTERNAL_MQTT_USER}-${deployment}`,
-      connectStream,
+      local,
     });
     const fleet = new Fleet({ ctx, mqtt, logger, leaseTtlMs: config.leaseTtlMs });
     ctx.fleet = fleet;

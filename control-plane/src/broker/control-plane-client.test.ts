@@ -16,6 +16,7 @@ import {
   connectRaw,
   findFreePort,
   sampleBirth,
+  startAedesTestBroker,
   TEST_BROKER_KINDS,
   type TestBroker,
   waitFor,
@@ -32,7 +33,13 @@ const report = (seq: number): TaskReport => ({
   patch: { progress: seq },
 });
 
-describe.each(TEST_BROKER_KINDS)('ControlPlaneClient on $kind', ({ start }) => {
+/** Each broker over an MQTT connection, and the embedded one (aedes) over its local link as well. */
+const TRANSPORTS = [
+  ...TEST_BROKER_KINDS.map((k) => ({ ...k, via: 'an MQTT connection', local: false })),
+  { kind: 'aedes' as const, start: startAedesTestBroker, via: 'the local link', local: true },
+];
+
+describe.each(TRANSPORTS)('ControlPlaneClient on $kind over $via', ({ start, local }) => {
   let broker: TestBroker;
   const cps: ControlPlaneClient[] = [];
   const raws: MqttClient[] = [];
@@ -57,6 +64,7 @@ describe.each(TEST_BROKER_KINDS)('ControlPlaneClient on $kind', ({ start }) => {
       password: broker.internalToken,
       logger: opts.logger ?? silent,
       clientId: opts.clientId,
+      local: local ? broker.localLink!() : undefined,
     });
     cps.push(cp);
     opts.setup?.(cp);
@@ -219,41 +227,69 @@ describe.each(TEST_BROKER_KINDS)('ControlPlaneClient on $kind', ({ start }) => {
     expect(await cp.sendInbox('bad/id', { type: 'refused', reason: 'x' })).toMatchObject({ ok: false });
   });
 
-  it('reports refused credentials and an unreachable broker from start() as values', async () => {
-    const wrong = new ControlPlaneClient({
-      url: broker.url,
-      username: broker.internalUser,
-      password: 'nope',
-      logger: silent,
-    });
-    cps.push(wrong);
-    const r = await wrong.start();
-    expect(r.ok).toBe(false);
-    if (!r.ok) expect(r.error).toContain('refused');
-    const port = await findFreePort();
-    const nowhere = new ControlPlaneClient({
-      url: `mqtt://127.0.0.1:${port}`,
-      username: 'x',
-      password: 'y',
-      logger: silent,
-      startTimeoutMs: 300,
-    });
-    cps.push(nowhere);
-    expect(await nowhere.start()).toMatchObject({ ok: false });
+  it.skipIf(!local)("acknowledges an agent's QoS 1 publish only once the handler has it", async () => {
+    const cp = await startCp();
+    const reports: number[] = [];
+    cp.onReport((_id, r) => void reports.push(r.seq));
+    const agent = await rawAgent('agent-5');
+    for (const seq of [1, 2, 3]) {
+      await agent.publishAsync(agentTopic('agent-5', 'events'), JSON.stringify(report(seq)), { qos: 1 });
+      expect(reports.at(-1)).toBe(seq);
+    }
   });
 
-  it('emits connection events across a broker restart and receives again afterwards', async () => {
+  it.skipIf(!local)('is disconnected once the broker stops, and sends nothing after', async () => {
     const cp = await startCp();
     const events: boolean[] = [];
     cp.on('connection', (c) => events.push(c));
-    const reports: number[] = [];
-    cp.onReport((_id, r) => void reports.push(r.seq));
     await broker.stop();
     await waitFor(() => events.includes(false), 'disconnect event');
+    expect(cp.connected).toBe(false);
+    expect(await cp.broadcastWork()).toMatchObject({ ok: false });
     await broker.start();
-    await waitFor(() => events.at(-1) === true, 'reconnect event', 10_000);
-    const agent = await rawAgent('agent-4');
-    await agent.publishAsync(agentTopic('agent-4', 'events'), JSON.stringify(report(3)), { qos: 1 });
-    await waitFor(() => reports.includes(3), 'report after restart');
   });
+
+  it.skipIf(local)(
+    'reports refused credentials and an unreachable broker from start() as values',
+    async () => {
+      const wrong = new ControlPlaneClient({
+        url: broker.url,
+        username: broker.internalUser,
+        password: 'nope',
+        logger: silent,
+      });
+      cps.push(wrong);
+      const r = await wrong.start();
+      expect(r.ok).toBe(false);
+      if (!r.ok) expect(r.error).toContain('refused');
+      const port = await findFreePort();
+      const nowhere = new ControlPlaneClient({
+        url: `mqtt://127.0.0.1:${port}`,
+        username: 'x',
+        password: 'y',
+        logger: silent,
+        startTimeoutMs: 300,
+      });
+      cps.push(nowhere);
+      expect(await nowhere.start()).toMatchObject({ ok: false });
+    },
+  );
+
+  it.skipIf(local)(
+    'emits connection events across a broker restart and receives again afterwards',
+    async () => {
+      const cp = await startCp();
+      const events: boolean[] = [];
+      cp.on('connection', (c) => events.push(c));
+      const reports: number[] = [];
+      cp.onReport((_id, r) => void reports.push(r.seq));
+      await broker.stop();
+      await waitFor(() => events.includes(false), 'disconnect event');
+      await broker.start();
+      await waitFor(() => events.at(-1) === true, 'reconnect event', 10_000);
+      const agent = await rawAgent('agent-4');
+      await agent.publishAsync(agentTopic('agent-4', 'events'), JSON.stringify(report(3)), { qos: 1 });
+      await waitFor(() => reports.includes(3), 'report after restart');
+    },
+  );
 });

@@ -1,5 +1,4 @@
 import { EventEmitter } from 'node:events';
-import type { Duplex } from 'node:stream';
 import {
   AGENT_ID_RE,
   AGENTS_WILDCARD,
@@ -17,15 +16,10 @@ import {
   toStorable,
   WORK_TOPIC,
 } from '@ffleet/shared';
-import {
-  connect,
-  type ErrorWithReasonCode,
-  type IClientOptions,
-  type IPublishPacket,
-  MqttClient,
-} from 'mqtt';
+import { connect, type ErrorWithReasonCode, type IClientOptions, type MqttClient } from 'mqtt';
 import type { Logger } from 'pino';
 import type { z } from 'zod';
+import type { LocalBrokerLink } from './embedded-broker.ts';
 
 export interface ControlPlaneClientOptions {
   url: string;
@@ -40,10 +34,11 @@ export interface ControlPlaneClientOptions {
   /** How long start() waits for the first connection before giving up. */
   startTimeoutMs?: number;
   /**
-   * Connect over this stream (called again for every reconnect) instead of dialing `url`, which then
-   * only names the broker in logs: the embedded broker's `connectInProcess`.
+   * The embedded broker of this process: use its local link (aedes' in-process subscriptions and
+   * publishes) instead of an MQTT client connection; `url`, `username` and `password` then only name the
+   * broker in logs. See EmbeddedBroker.localLink.
    */
-  connectStream?: () => Duplex;
+  local?: LocalBrokerLink;
 }
 
 export type SendResult = { ok: true } | { ok: false; error: string };
@@ -88,6 +83,8 @@ export class ControlPlaneClient extends EventEmitter<{ connection: [connected: b
   private readonly opts: ControlPlaneClientOptions;
   private readonly logger: Logger;
   private client: MqttClient | null = null;
+  /** With a local link: ends its subscriptions. */
+  private unsubscribeLocal: (() => Promise<void>) | null = null;
   private stopping: Promise<void> | null = null;
   private readonly handlers: Handlers = { birth: [], hello: [], heartbeat: [], request: [], report: [] };
   private isConnected = false;
@@ -126,7 +123,9 @@ export class ControlPlaneClient extends EventEmitter<{ connection: [connected: b
    * an error (and the client closed) on refused credentials or when the broker stays unreachable.
    */
   async start(): Promise<StartResult> {
-    if (this.client || this.stopping) throw new Error('ControlPlaneClient already started or stopped');
+    if (this.client || this.unsubscribeLocal || this.stopping)
+      throw new Error('ControlPlaneClient already started or stopped');
+    if (this.opts.local) return this.startLocal(this.opts.local);
     const { url, username, password } = this.opts;
     const options: IClientOptions = {
       username,
@@ -141,10 +140,9 @@ export class ControlPlaneClient extends EventEmitter<{ connection: [connected: b
       // Subscriptions are renewed in the connect handler, which also covers a broker that lost them.
       resubscribe: false,
     };
-    const { connectStream } = this.opts;
-    const client = connectStream ? new MqttClient(connectStream, options) : connect(url, options);
+    const client = connect(url, options);
     this.client = client;
-    client.on('message', (topic, payload, packet) => this.dispatch(topic, payload, packet));
+    client.on('message', (topic, payload, packet) => this.dispatch(topic, payload, packet.retain));
     client.on('connect', () => {
       // Small packets must not wait for the previous one's ACK (Nagle + delayed ACK: up to 40 ms).
       (client.stream as { setNoDelay?: (on: boolean) => void }).setNoDelay?.(true);
@@ -180,6 +178,20 @@ export class ControlPlaneClient extends EventEmitter<{ connection: [connected: b
     return first;
   }
 
+  /** Subscribe on the embedded broker's local link; it cannot fail to connect. */
+  private async startLocal(local: LocalBrokerLink): Promise<StartResult> {
+    const topics = Object.keys(AGENT_SUBSCRIPTIONS);
+    this.unsubscribeLocal = await local.subscribe(topics, (topic, payload, retained) =>
+      this.dispatch(topic, payload, retained),
+    );
+    // Agents that connected before we subscribed announced themselves to nobody: ask them again.
+    await local.publish(RESYNC_TOPIC, '{}', 1);
+    void local.closed.then(() => this.setConnected(false));
+    this.logger.info({ url: this.opts.url }, 'attached to the embedded MQTT broker');
+    this.setConnected(true);
+    return { ok: true };
+  }
+
   /**
    * Send one inbox message (QoS 1, never retained). Refused at once while disconnected; resolves on
    * PUBACK, which after a connection drop mid-send means after the reconnect re-sends it.
@@ -198,19 +210,20 @@ export class ControlPlaneClient extends EventEmitter<{ connection: [connected: b
   /** Disconnect. Idempotent. */
   stop(): Promise<void> {
     if (!this.stopping) {
-      const client = this.client;
-      this.stopping = client ? closeClient(client) : Promise.resolve();
+      const { client, unsubscribeLocal } = this;
+      this.stopping = client ? closeClient(client) : (unsubscribeLocal?.() ?? Promise.resolve());
       this.stopping.then(() => this.setConnected(false));
     }
     return this.stopping;
   }
 
   private async publish(topic: string, payload: string, qos: 0 | 1): Promise<SendResult> {
-    const client = this.client;
-    if (!client || !this.isConnected || this.stopping)
+    const { client, opts } = this;
+    if (!this.isConnected || this.stopping || !(client || opts.local))
       return { ok: false, error: 'not connected to the broker' };
     try {
-      await client.publishAsync(topic, payload, { qos, retain: false });
+      if (client) await client.publishAsync(topic, payload, { qos, retain: false });
+      else await opts.local!.publish(topic, payload, qos);
       return { ok: true };
     } catch (err) {
       return { ok: false, error: (err as Error).message };
@@ -246,7 +259,7 @@ export class ControlPlaneClient extends EventEmitter<{ connection: [connected: b
     this.emit('connection', connected);
   }
 
-  private dispatch(topic: string, payload: Buffer, packet: IPublishPacket): void {
+  private dispatch(topic: string, payload: Buffer, retained: boolean): void {
     const parsed = parseAgentTopic(topic);
     // Our own inbox messages come back through the wildcard; they are not for us.
     if (parsed?.kind === 'inbox') return;
@@ -257,7 +270,7 @@ export class ControlPlaneClient extends EventEmitter<{ connection: [connected: b
     const { agentId, kind } = parsed;
     // An empty retained payload only clears a stale birth; there is nothing to hand on.
     if (kind === 'status' && payload.length === 0) return;
-    if (!this.deliver(agentId, kind, payload, packet.retain)) {
+    if (!this.deliver(agentId, kind, payload, retained)) {
       this.logger.warn(
         { topic, agent: agentId, kind, bytes: payload.length },
         'dropped malformed agent message',

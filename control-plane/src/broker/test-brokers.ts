@@ -10,7 +10,7 @@ import { Writable } from 'node:stream';
 import { type AgentBirth, PROTOCOL_VERSION } from '@ffleet/shared';
 import { connectAsync, type ErrorWithReasonCode, type MqttClient } from 'mqtt';
 import pino from 'pino';
-import { EmbeddedBroker } from './embedded-broker.ts';
+import { EmbeddedBroker, type LocalBrokerLink } from './embedded-broker.ts';
 import { writeMosquittoConfig } from './mosquitto-config.ts';
 import { isMosquittoAvailable, MosquittoProcess } from './mosquitto-process.ts';
 
@@ -27,6 +27,8 @@ export interface TestBroker {
   start(): Promise<void>;
   /** Stop it and remove its files. Idempotent. */
   dispose(): Promise<void>;
+  /** aedes only: the running broker's link for a control plane in the same process. */
+  localLink?: () => LocalBrokerLink;
 }
 
 /** Agent names a test may use; Mosquitto needs every user in its password file up front. */
@@ -73,6 +75,7 @@ export async function startAedesTestBroker(): Promise<TestBroker> {
       await broker.start();
     },
     dispose: () => broker.stop(),
+    localLink: () => broker.localLink(),
   };
 }
 
