@@ -186,7 +186,11 @@ export class ControlPlaneClient extends EventEmitter<{ connection: [connected: b
     );
     // Agents that connected before we subscribed announced themselves to nobody: ask them again.
     await local.publish(RESYNC_TOPIC, '{}', 1);
-    void local.closed.then(() => this.setConnected(false));
+    void local.closed.then(() => {
+      // The broker is gone, and its subscriptions with it.
+      this.unsubscribeLocal = async () => {};
+      this.setConnected(false);
+    });
     this.logger.info({ url: this.opts.url }, 'attached to the embedded MQTT broker');
     this.setConnected(true);
     return { ok: true };
