@@ -74,18 +74,18 @@ export async function startControlPlane(
     let cpPass = agentToken;
     let local: LocalBrokerLink | undefined;
     if (!mqttUrl) {
-      const internalToken = randomBytes(24).toString('base64url');
       const broker = new EmbeddedBroker({
         port: config.mqttPort,
         agentToken,
+        // The control plane needs no login here (local link below): its user name stays reserved, with a
+        // random token nobody holds, so no agent can connect under it and get its rights.
         internalUser: INTERNAL_MQTT_USER,
-        internalToken,
+        internalToken: randomBytes(24).toString('base64url'),
         logger,
       });
       const { port } = await broker.start();
       stops.push(() => broker.stop());
       mqttUrl = `mqtt://127.0.0.1:${port}`;
-      cpPass = internalToken;
       // The control plane talks to a broker in its own process without an MQTT connection.
       local = broker.localLink();
       logger.info({ port }, 'embedded MQTT broker listening');
