@@ -88,7 +88,6 @@ export async function startControlPlane(
       mqttUrl = `mqtt://127.0.0.1:${port}`;
       // The control plane talks to a broker in its own process without an MQTT connection.
       local = broker.localLink();
-      logger.info({ port }, 'embedded MQTT broker listening');
     } else {
       const u = new URL(mqttUrl);
       if (u.username) cpUser = decodeURIComponent(u.username);
