@@ -5,21 +5,12 @@
 // tsx instead. FFLEET_BUNDLE=0 forces tsx for every command, FFLEET_AGENT_BUNDLE=0 for `ffleet agent`.
 import { readFileSync } from 'node:fs';
 import { setFlagsFromString } from 'node:v8';
+import { v8FlagsFor } from './v8-flags.js';
 
 const args = process.argv.slice(2);
 // `ffleet agent` alone has its own entry: no commander, no control-plane modules (agent RSS).
 const agentOnly = args.length === 1 && args[0] === 'agent';
-// V8 optimises a function once it has run ~66 kB of bytecode. An agent runs many different, short code
-// paths per task (a claim, a process start, a report, MQTT messages) and few tasks a minute, so V8 kept
-// compiling newly warm functions (on the main thread: --no-concurrent-recompilation) for its first
-// thousands of tasks: a quarter of its CPU per short transcode, measured with perf on a 2-vCPU VM. At 30
-// times that budget only really hot code (a watchfolder scan) is optimised: 11 % less agent CPU per task
-// (paired agents on one queue). Not for the control plane: its API bursts need their code optimised
-// early (POST /tasks, 16 clients: 1,325 -> 753 req/s with it). Set before any agent code runs; an
-// --interrupt-budget given to node wins.
-if (agentOnly && !process.execArgv.some((a) => a.startsWith('--interrupt-budget'))) {
-  setFlagsFromString('--interrupt-budget=2000000');
-}
+for (const flag of v8FlagsFor(args, process.env, process.execArgv)) setFlagsFromString(flag);
 const bundled = process.env.FFLEET_BUNDLE !== '0' && !(agentOnly && process.env.FFLEET_AGENT_BUNDLE === '0');
 let url = null;
 if (bundled) {
