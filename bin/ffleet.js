@@ -5,11 +5,10 @@
 // tsx instead. FFLEET_BUNDLE=0 forces tsx for every command, FFLEET_AGENT_BUNDLE=0 for `ffleet agent`.
 import { readFileSync } from 'node:fs';
 import { setFlagsFromString } from 'node:v8';
-import { v8FlagsFor } from './v8-flags.js';
+import { isAgentOnly, v8FlagsFor } from './v8-flags.js';
 
 const args = process.argv.slice(2);
-// `ffleet agent` alone has its own entry: no commander, no control-plane modules (agent RSS).
-const agentOnly = args.length === 1 && args[0] === 'agent';
+const agentOnly = isAgentOnly(args);
 for (const flag of v8FlagsFor(args, process.env, process.execArgv)) setFlagsFromString(flag);
 const bundled = process.env.FFLEET_BUNDLE !== '0' && !(agentOnly && process.env.FFLEET_AGENT_BUNDLE === '0');
 let url = null;
