@@ -71,7 +71,8 @@ export async function startControlPlane(
 
     let mqttUrl = config.mqttUrl;
     let cpUser = INTERNAL_MQTT_USER;
-    let cpPass = agentToken;
+    // Credentials only for an external broker: the local link to the embedded one logs in as nobody.
+    let cpPass = '';
     let local: LocalBrokerLink | undefined;
     if (!mqttUrl) {
       const broker = new EmbeddedBroker({
@@ -91,7 +92,7 @@ export async function startControlPlane(
     } else {
       const u = new URL(mqttUrl);
       if (u.username) cpUser = decodeURIComponent(u.username);
-      if (u.password) cpPass = decodeURIComponent(u.password);
+      cpPass = u.password ? decodeURIComponent(u.password) : agentToken;
       u.username = '';
       u.password = '';
       mqttUrl = u.toString();

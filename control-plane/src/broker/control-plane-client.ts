@@ -35,8 +35,9 @@ export interface ControlPlaneClientOptions {
   startTimeoutMs?: number;
   /**
    * The embedded broker of this process: use its local link (aedes' in-process subscriptions and
-   * publishes) instead of an MQTT client connection; `url`, `username` and `password` then only name the
-   * broker in logs. See EmbeddedBroker.localLink.
+   * publishes) instead of an MQTT client connection; `url` then only names the broker in logs, and
+   * `username` and `password` are not used (the control plane passes an empty password). See
+   * EmbeddedBroker.localLink.
    */
   local?: LocalBrokerLink;
 }
