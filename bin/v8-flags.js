@@ -11,7 +11,8 @@ export const isAgentOnly = (args) => args.length === 1 && args[0] === 'agent';
 
 /**
  * The flags for one invocation: `args` are the command's arguments (process.argv after the script),
- * `env` its environment, `execArgv` the flags given to node (a flag given there wins).
+ * `env` its environment, `execArgv` the flags given to node (a flag given there wins; node refuses both
+ * flags in NODE_OPTIONS, so its command line is the only other place they can come from).
  *
  * `ffleet agent` alone: V8 optimises a function once it has run ~66 kB of bytecode. An agent runs many
  * different, short code paths per task (a claim, a process start, a report, MQTT messages) and few tasks
