@@ -1,3 +1,4 @@
+import { EventName } from '@ffleet/shared';
 import pino from 'pino';
 import { afterAll, beforeAll } from 'vitest';
 import { createApp } from '../../control-plane/src/api/app.ts';
@@ -26,6 +27,12 @@ export type TestAppOptions = {
   remote?: string;
   fleet?: FleetHooks;
   bodyLimit?: number;
+  /**
+   * A global webhook for every event (to a URL nothing serves; the test app runs no dispatcher), so
+   * every emitted event is stored with its delivery and tests can read it from the events table. An
+   * event no webhook receives is published on the bus only (eventsStatement).
+   */
+  receiveAllEvents?: boolean;
 };
 
 export async function createTestApp(opts: TestAppOptions = {}): Promise<TestApp> {
@@ -44,6 +51,12 @@ export async function createTestApp(opts: TestAppOptions = {}): Promise<TestApp>
     bodyLimit: opts.bodyLimit,
     remote: () => opts.remote ?? '127.0.0.1',
   });
+  if (opts.receiveAllEvents) {
+    for (const event of EventName.options) {
+      const res = await call('POST', '/api/v1/webhooks', { event, url: `http://events.test/${event}` });
+      if (res.status !== 201) throw new Error(`webhook for ${event}: ${res.status} ${await res.text()}`);
+    }
+  }
   return { app, ctx, db, bus, call, close: () => db.drop() };
 }
 

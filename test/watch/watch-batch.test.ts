@@ -10,6 +10,11 @@ describe('watch.file batches through the group commit', () => {
   const t = useTestApp();
 
   it('answers every file as one request would, with one task per file version', async () => {
+    // A receiver for task.created, so each event is stored with its delivery (counted below).
+    await json(
+      await t.call('POST', '/api/v1/webhooks', { event: 'task.created', url: 'http://127.0.0.1:9/w' }),
+      201,
+    );
     const presetId = (await json(await t.call('POST', '/api/v1/presets', VALID.preset()), 201)).id;
     const wf = await json(await t.call('POST', '/api/v1/watchfolders', VALID.watchfolder(presetId)), 201);
     const group = new GroupCommit(t.ctx);

@@ -14,7 +14,7 @@ import { useTestApp } from '../../../test/helpers/app.ts';
 import { tasks } from '../db/schema.ts';
 
 describe('batch routes', () => {
-  const t = useTestApp();
+  const t = useTestApp({ receiveAllEvents: true });
 
   const item = (name: string, extra: object = {}) => ({
     command: '-i ${INPUT_FILE} ${OUTPUT_FILE}',

@@ -3,7 +3,7 @@ import { countRows, eventRows, expectProblem, json, UNKNOWN_ID, VALID } from '..
 import { useTestApp } from '../../../test/helpers/app.ts';
 
 describe('Idempotency-Key on POST /tasks and POST /batches', () => {
-  const t = useTestApp();
+  const t = useTestApp({ receiveAllEvents: true });
 
   const post = (path: string, body: unknown, key?: string) =>
     t.call('POST', path, body, key === undefined ? {} : { 'Idempotency-Key': key });

@@ -15,9 +15,9 @@ import { useTestApp } from '../../../test/helpers/app.ts';
 import { events } from '../db/schema.ts';
 
 /**
- * The outbox: every state change writes its event row and one delivery row per matching global
- * webhook and per matching direct webhook, in the transaction of the change; the in-process bus hears
- * about it only after the commit.
+ * The outbox: every state change writes one delivery row per matching global webhook and per matching
+ * direct webhook, with the event row those deliveries share, in the transaction of the change; the
+ * in-process bus hears about it only after the commit.
  */
 describe('events and deliveries (outbox)', () => {
   const hooks = new Map<string, string>();
@@ -350,5 +350,64 @@ describe('events and deliveries (outbox)', () => {
     }
     const rows = await query<{ n: number }>(t.db, sql`select count(*)::int as n from events`);
     expect(rows[0]!.n).toBeGreaterThan(0);
+  });
+});
+
+/** The events table holds what deliveries need: an event no webhook receives goes to the bus only. */
+describe('events no webhook receives', () => {
+  const t = useTestApp();
+
+  it('are published but not stored; a global or direct receiver stores the event with its delivery', async () => {
+    const published: EventPayload[] = [];
+    const unsubscribe = t.bus.subscribe((p) => published.push(p));
+    try {
+      const before = await countRows(t.db);
+      const plain = await json(await t.call('POST', '/api/v1/tasks', VALID.task()), 201);
+      await json(await t.call('PATCH', `/api/v1/tasks/${plain.id}/cancel`), 200);
+      expect(published.filter((p) => p.event.startsWith('task.')).map((p) => p.event)).toEqual([
+        'task.created',
+        'task.updated',
+      ]);
+      let after = await countRows(t.db);
+      expect(after.events - before.events).toBe(0);
+      expect(after.deliveries - before.deliveries).toBe(0);
+
+      // A direct webhook for task.updated only: its task.updated is stored, its task.created is not.
+      const direct = await json(
+        await t.call('POST', '/api/v1/tasks', {
+          ...VALID.task(),
+          webhooks: [{ event: 'task.updated', url: 'http://127.0.0.1:9/direct' }],
+        }),
+        201,
+      );
+      await json(await t.call('PATCH', `/api/v1/tasks/${direct.id}/cancel`), 200);
+      const directEvents = await eventRows(t.db);
+      expect(directEvents.map((e) => [e.event, e.payload.data.taskId])).toEqual([
+        ['task.updated', direct.id],
+      ]);
+      expect((await deliveryRows(t.db, directEvents[0]!.id)).map((d) => d.url)).toEqual([
+        'http://127.0.0.1:9/direct',
+      ]);
+
+      // A global webhook for task.created: from now on every task.created is stored, task.updated not.
+      await json(
+        await t.call('POST', '/api/v1/webhooks', { event: 'task.created', url: 'http://127.0.0.1:9/g' }),
+        201,
+      );
+      const before2 = await countRows(t.db);
+      await json(
+        await t.call('POST', '/api/v1/batches', { tasks: [VALID.task(), VALID.task(), VALID.task()] }),
+        201,
+      );
+      after = await countRows(t.db);
+      expect(after.events - before2.events).toBe(3);
+      expect(after.deliveries - before2.deliveries).toBe(3);
+      const created = await eventRows(t.db, 'task.created');
+      expect(created).toHaveLength(3);
+      for (const e of created) expect(await deliveryRows(t.db, e.id)).toHaveLength(1);
+      expect(await eventRows(t.db, 'batch.created')).toEqual([]);
+    } finally {
+      unsubscribe();
+    }
   });
 });

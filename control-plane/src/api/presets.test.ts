@@ -13,7 +13,7 @@ import {
 import { useTestApp } from '../../../test/helpers/app.ts';
 
 describe('preset routes', () => {
-  const t = useTestApp();
+  const t = useTestApp({ receiveAllEvents: true });
 
   const full = {
     name: 'h264-1080p',

@@ -15,7 +15,7 @@ import { taskLogs, tasks } from '../db/schema.ts';
 
 describe('task routes', () => {
   const rec = recordingFleet();
-  const t = useTestApp({ fleet: rec.fleet });
+  const t = useTestApp({ fleet: rec.fleet, receiveAllEvents: true });
 
   const create = async (body: unknown, status = 201) =>
     json(await t.call('POST', '/api/v1/tasks', body), status);

@@ -15,7 +15,7 @@ import { useTestApp } from '../../../test/helpers/app.ts';
 describe('watchfolder routes', () => {
   let preset = '';
   const rec = recordingFleet();
-  const t = useTestApp({ fleet: rec.fleet });
+  const t = useTestApp({ fleet: rec.fleet, receiveAllEvents: true });
   beforeAll(async () => {
     preset = (await json(await t.call('POST', '/api/v1/presets', VALID.preset()), 201)).id;
   });

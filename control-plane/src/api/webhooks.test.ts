@@ -15,7 +15,7 @@ import { useTestApp } from '../../../test/helpers/app.ts';
 import { webhookExecutions } from '../db/schema.ts';
 
 describe('webhook routes', () => {
-  const t = useTestApp();
+  const t = useTestApp({ receiveAllEvents: true });
 
   const create = async (body: object) => json(await t.call('POST', '/api/v1/webhooks', body), 201);
 
@@ -97,6 +97,7 @@ describe('webhook routes', () => {
     expect(JSON.stringify(replaced)).not.toContain('other-secret');
     // Event payloads (sent to other webhooks and SSE) never carry it either.
     const payloads = JSON.stringify(await eventRows(t.db));
+    expect(payloads).toContain(w.id);
     expect(payloads).not.toContain('s3cr3t-value');
     expect(payloads).not.toContain('other-secret');
   });

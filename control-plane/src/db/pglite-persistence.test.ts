@@ -9,6 +9,7 @@ import { EventBus } from '../events/event-bus.ts';
 import { noFleet, type ServiceContext } from '../services/context.ts';
 import { createPreset, getPreset } from '../services/presets.ts';
 import { cancelTask, createTask, getTask, listTasks } from '../services/tasks.ts';
+import { createWebhook } from '../services/webhooks.ts';
 import { type Database, MIGRATIONS_DIR, openDatabase } from './client.ts';
 
 const ctxOf = (database: Database): ServiceContext => ({
@@ -35,6 +36,9 @@ describe('embedded PGlite data directory', () => {
 
     open = await openDatabase({ kind: 'pglite', dataDir });
     let ctx = ctxOf(open);
+    // Events are stored for the webhooks that receive them.
+    for (const event of ['preset.created', 'task.created', 'task.updated'] as const)
+      await createWebhook(ctx, { event, url: `http://h.test/${event}` });
     const preset = await createPreset(ctx, { name: 'kept', command: '-i a b', priority: 3 });
     const task = await createTask(ctx, {
       preset: preset.id,

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { eq, sql } from 'drizzle-orm';
+import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { openTestDatabase, postgresAvailable, type TestDatabase } from '../../../test/helpers/db.ts';
 import { parseConfig } from '../config/config.ts';
@@ -97,6 +98,12 @@ describe.skipIf(!PG)('statements whose input varies in size (PostgreSQL)', () =>
     const d = await openDatabase({ kind: 'postgres', url: baseUrl(), max: 1 });
     try {
       const taskId = randomUUID();
+      // A global receiver, so every event is stored (events no webhook receives are not). Written on
+      // another connection: this one's prepared statements are counted below.
+      const other = postgres(baseUrl(), { max: 1, onnotice: () => {} });
+      await other`insert into webhooks (id, event, url, created_at, updated_at)
+        values (${randomUUID()}, 'task.updated', 'http://h/g', 0, 0)`;
+      await other.end();
       for (let n = 1; n <= 40; n++) {
         const items = Array.from({ length: n }, (_, i) =>
           pendingEvent({

@@ -104,7 +104,7 @@ describe.skipIf(!PG)('GroupCommit keys with concurrent groups (PostgreSQL)', () 
 });
 
 describe('GroupCommit batch checks', () => {
-  const t = useTestApp();
+  const t = useTestApp({ receiveAllEvents: true });
 
   const newBatch = async (n: number): Promise<{ id: string; tasks: string[] }> =>
     json(

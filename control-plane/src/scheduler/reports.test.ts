@@ -94,7 +94,7 @@ describe('reports that carry logs', () => {
 });
 
 describe('a batch finished by agent reports', () => {
-  const t = useTestApp();
+  const t = useTestApp({ receiveAllEvents: true });
 
   // Runs the group-end batch check as the database needs it: the count alone on PGlite (one
   // transaction at a time), locked and counted on PostgreSQL (CI's second pass).
