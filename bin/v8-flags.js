@@ -30,7 +30,7 @@ export const isAgentOnly = (args) => args.length === 1 && args[0] === 'agent';
  * main one took 470, 310, 260 ms per 200 tasks). Without dynamic tiering V8 optimises the whole module
  * once, in the background, when it is loaded: ~0.9 s more CPU and 0.25-0.5 s more until the API answers
  * at start, then 200, 270, 150 ms per 200 tasks; control-plane CPU per task went from 1.68-1.82 to
- * 1.52-1.57 times the agents' (A/B, three runs each; README "A fourteenth instance").
+ * 1.52-1.57 times the agents' (A/B, three runs each; docs/performance-history.md, "A fourteenth instance").
  */
 export function v8FlagsFor(args, env, execArgv) {
   const given = (prefixes) => execArgv.some((a) => prefixes.some((p) => a.startsWith(p)));
