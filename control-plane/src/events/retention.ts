@@ -22,8 +22,8 @@ export type RetentionOptions = {
 /**
  * Keeps the outbox tables bounded: every task change a webhook receives writes its deliveries and an
  * event row (progress too), so without pruning they grow forever. Pending deliveries and the events
- * they need are never removed. On the
- * embedded database it also vacuums the busy tables (PGlite runs no autovacuum).
+ * they need are never removed. On the embedded database it also vacuums the busy tables (PGlite runs
+ * no autovacuum).
  */
 export class RetentionSweeper {
   readonly #o: Required<Omit<RetentionOptions, 'database' | 'logger'>> &
