@@ -66,6 +66,16 @@ function throughputRows(t: ThroughputResult, db: string): void {
     '(b) ffmpeg CPU per task: direct / through ffleet',
     `${ms(t.ffmpegDirectCpuMs)} / ${ms(t.ffmpegFfleetCpuMs)}`,
   );
+  // Both cores stay busy in both paths, so the ratio is about (ffmpeg beside ffleet + everything else's
+  // CPU) / ffmpeg direct. ffleet's share of ffmpeg's CPU in the same runs does not move with the
+  // machine's drift between the direct and the ffleet runs, which the ratio does.
+  const ffleetCpu = t.cpCpuMs + t.agentCpuMs + (db === 'postgres' ? t.pgServerCpuMs : 0);
+  row(
+    "(b) ffleet's CPU per task / ffmpeg's beside it; ratio the CPU predicts",
+    `${ms(ffleetCpu)} / ${ms(t.ffmpegFfleetCpuMs)} = ${((100 * ffleetCpu) / t.ffmpegFfleetCpuMs).toFixed(1)} %; ${(
+      (t.ffmpegFfleetCpuMs + ffleetCpu + t.observerCpuMs) / t.ffmpegDirectCpuMs
+    ).toFixed(3)}`,
+  );
   const rw = (x: { reads: number; writes: number }) => `${x.reads.toFixed(1)} / ${x.writes.toFixed(1)}`;
   row(
     '(b) read / write syscalls per task: control plane; agents',
