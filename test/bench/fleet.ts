@@ -70,11 +70,11 @@ function throughputRows(t: ThroughputResult, db: string): void {
   // CPU) / ffmpeg direct. ffleet's share of ffmpeg's CPU in the same runs does not move with the
   // machine's drift between the direct and the ffleet runs, which the ratio does.
   const ffleetCpu = t.cpCpuMs + t.agentCpuMs + (db === 'postgres' ? t.pgServerCpuMs : 0);
+  const sharePct = (100 * ffleetCpu) / t.ffmpegFfleetCpuMs;
+  const predicted = (t.ffmpegFfleetCpuMs + ffleetCpu + t.observerCpuMs) / t.ffmpegDirectCpuMs;
   row(
     "(b) ffleet's CPU per task / ffmpeg's beside it; ratio the CPU predicts",
-    `${ms(ffleetCpu)} / ${ms(t.ffmpegFfleetCpuMs)} = ${((100 * ffleetCpu) / t.ffmpegFfleetCpuMs).toFixed(1)} %; ${(
-      (t.ffmpegFfleetCpuMs + ffleetCpu + t.observerCpuMs) / t.ffmpegDirectCpuMs
-    ).toFixed(3)}`,
+    `${ms(ffleetCpu)} / ${ms(t.ffmpegFfleetCpuMs)} = ${sharePct.toFixed(1)} %; ${predicted.toFixed(3)}`,
   );
   const rw = (x: { reads: number; writes: number }) => `${x.reads.toFixed(1)} / ${x.writes.toFixed(1)}`;
   row(
