@@ -34,9 +34,10 @@ import { SseClient } from './sse-client.ts';
  */
 const FFMPEG = process.env.BENCH_FFMPEG || '/usr/bin/ffmpeg';
 /**
- * BENCH_TRANSCODER: the agents' transcoder (default: FFMPEG, as the direct runs). A diagnostic: with a
- * script that answers the probe through ffmpeg and sleeps instead of transcoding, the CPU rows show what
- * ffleet itself spends per task with no ffmpeg competing for the cores (the ratio then means nothing).
+ * BENCH_TRANSCODER: the agents' transcoder (default: FFMPEG, as the direct runs). A diagnostic: with
+ * test/bench/stand-in-transcoder.sh (it answers the probes through ffmpeg and transcodes nothing, after
+ * BENCH_STAND_IN_SLEEP seconds), the CPU rows show what ffleet itself spends per task with no ffmpeg
+ * competing for the cores and caches (the ratio then means nothing).
  */
 const AGENT_TRANSCODER = process.env.BENCH_TRANSCODER || FFMPEG;
 /** Same prefix the agent's runner puts in front of every transcoder call (run-transcode.ts). */
