@@ -10,7 +10,7 @@ for a in "$@"; do
 done
 i=0
 while [ $i -lt 46 ]; do
-  printf '%s\n' "  stand-in transcoder: a line of about a hundred characters, as ffmpeg's banner and stream list" >&2
+  printf '%s\n' "  stand-in transcoder: a line of about a hundred characters, as in ffmpeg's banner and stream list" >&2
   i=$((i + 1))
 done
 [ "${BENCH_STAND_IN_SLEEP:-0}" = 0 ] || sleep "$BENCH_STAND_IN_SLEEP"
