@@ -65,6 +65,12 @@ export type FleetAgentOptions = { config: AgentConfig; logger: Logger; version: 
  */
 export class FleetAgent {
   readonly #cfg: AgentConfig;
+  /**
+   * Bound to this agent's name only: each part (session, outbox, runner, watchfolders) adds its own
+   * `component`. A pino child repeats a key its parent already binds, and a log line with a key twice is
+   * refused by shippers that check (Elasticsearch's strict duplicate detection).
+   */
+  readonly #base: Logger;
   readonly #log: Logger;
   readonly #version: string;
   readonly #runs = new Map<string, Run>();
@@ -96,12 +102,13 @@ export class FleetAgent {
   constructor(opts: FleetAgentOptions) {
     this.#cfg = opts.config;
     this.#version = opts.version;
-    this.#log = opts.logger.child({ component: 'agent', agent: opts.config.name });
+    this.#base = opts.logger.child({ agent: opts.config.name });
+    this.#log = this.#base.child({ component: 'agent' });
     this.#slots = opts.config.slots;
     this.#labels = opts.config.labels;
     this.#outbox = new Outbox({
       dir: join(this.#cfg.dataDir, `agent-${this.#cfg.name}`, 'outbox'),
-      logger: this.#log,
+      logger: this.#base,
     });
   }
 
@@ -135,7 +142,7 @@ export class FleetAgent {
       freeSlots: () => this.#free(),
       heartbeatMs: this.#cfg.heartbeatMs,
       outbox: this.#outbox,
-      logger: this.#log,
+      logger: this.#base,
       bootId: this.#bootId,
     });
     this.#session = session;
@@ -295,7 +302,7 @@ export class FleetAgent {
         this.#watch = new WatchSupervisor({
           submit: (f) => this.#submitWatchFile(f),
           onState: (s) => this.#onWatchState(s),
-          logger: this.#log,
+          logger: this.#base.child({ component: 'watch' }),
         });
         this.#watch.apply(this.#watchAssigned);
       },
@@ -382,7 +389,7 @@ export class FleetAgent {
       transcoderPath: this.#transcoder.path,
       reporter,
       signal: run.abort.signal,
-      logger: this.#log,
+      logger: this.#base,
       scriptDirs: this.#cfg.scriptDirs,
       env: { ...this.#cfg.env, [RUN_MARK_VAR]: `${this.#cfg.name}:${this.#bootId}` },
     })

@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeTestVideo, waitFor } from '../helpers/cluster.ts';
 import { ApiClient } from './support/api-client.ts';
+import { repeatedKeys } from './support/log-lines.ts';
 import { type ChildProcessHandle, findFreePort, spawnFfleet } from './support/processes.ts';
 
 describe('all-in-one (ffleet start)', () => {
@@ -73,6 +74,15 @@ describe('all-in-one (ffleet start)', () => {
 
     await proc?.terminate();
     expect(await proc?.exited).toEqual({ code: 0, signal: null });
+    // Every log line of the run (control plane and local agent: session, runner, outbox…) names each key
+    // once; the lines checked include the agent's parts, which bind their own `component`.
+    const lines = (proc?.output() ?? '').split('\n').filter((l) => l.startsWith('{'));
+    for (const component of ['agent', 'session', 'runner', 'fleet', 'broker'])
+      expect(
+        lines.some((l) => l.includes(`"component":"${component}"`)),
+        component,
+      ).toBe(true);
+    for (const line of lines) expect(repeatedKeys(line), line).toEqual([]);
     await start();
     expect(await api.getTask(task.id)).toMatchObject({ status: 'DONE_SUCCESSFUL', progress: 100 });
   }, 180_000);

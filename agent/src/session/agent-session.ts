@@ -88,7 +88,7 @@ export class AgentSession extends EventEmitter<SessionEvents> {
     if (!AGENT_ID_RE.test(opts.name)) throw new Error(`invalid agent name ${JSON.stringify(opts.name)}`);
     this.opts = opts;
     this.bootId = opts.bootId ?? randomUUID();
-    this.logger = opts.logger.child({ component: 'session', agent: opts.name });
+    this.logger = opts.logger.child({ component: 'session' });
     this.sender = new OutboxPublisher({
       outbox: opts.outbox,
       logger: this.logger,

@@ -67,7 +67,7 @@ export class WatchScanner {
     this.assignment = opts.assignment;
     this.filter = compileFilter(opts.assignment.filter);
     this.folder = new FolderState(this.growthChecks(), this.intervalMs());
-    this.log = opts.logger.child({ component: 'watch', watchfolderId: opts.assignment.id });
+    this.log = opts.logger.child({ watchfolderId: opts.assignment.id });
     this.clock = opts.clock ?? Date.now;
     this.submitDeps = {
       submit: opts.submit,
