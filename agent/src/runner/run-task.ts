@@ -19,6 +19,7 @@ export interface RunTaskOptions {
   reporter: TaskReporter;
   /** Aborting it cancels the run: the current step's process group is killed. */
   signal: AbortSignal;
+  /** Bound to the agent by the caller; the run adds `component: "runner"`, its task and attempt. */
   logger: Logger;
   /** SIGTERM → SIGKILL grace for canceled processes; default {@link DEFAULT_KILL_GRACE_MS}. */
   graceMs?: number;

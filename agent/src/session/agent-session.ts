@@ -34,6 +34,7 @@ export interface AgentSessionOptions {
   freeSlots: () => number;
   heartbeatMs: number;
   outbox: Outbox;
+  /** Bound to the agent by the caller; the session adds `component: "session"`. */
   logger: Logger;
   backoff?: BackoffOptions;
   /** Unacked outbox entries are sent again after this long (covers a lost ack); 0 = only on reconnect. */

@@ -5,6 +5,7 @@ import { type SubmitFile, WatchScanner, type WatchScannerOptions, type WatchStat
 export type WatchSupervisorOptions = {
   submit: SubmitFile;
   onState: (state: WatchState) => void;
+  /** Bound to the agent and its component by the caller; each scanner adds its `watchfolderId`. */
   logger: Logger;
   /** Passed to every scanner (tests shrink the interval unit; benchmarks switch the watcher off). */
   scanner?: Pick<WatchScannerOptions, 'clock' | 'watcher' | 'intervalUnitMs' | 'writeLock'>;
