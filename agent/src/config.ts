@@ -1,7 +1,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { delimiter, isAbsolute, join, resolve } from 'node:path';
-import { AGENT_ID_RE, Label, MAX_SLOTS } from '@ffleet/shared';
+import { AGENT_ID_RE, envProblems, joinEnvProblems, Label, MAX_SLOTS } from '@ffleet/shared';
 import { z } from 'zod';
 
 /** Thrown for an invalid environment value; names the variable. */
@@ -56,13 +56,13 @@ export type AgentConfig = {
   env: NodeJS.ProcessEnv;
 };
 
-/** Parse the agent's config from an env object. Throws AgentConfigError naming the variable. */
+/** Parse the agent's config from an env object. Throws AgentConfigError naming every invalid variable. */
 export function parseAgentConfig(env: NodeJS.ProcessEnv): AgentConfig {
   const clean = Object.fromEntries(Object.entries(env).filter(([, v]) => v !== undefined && v !== ''));
   const r = EnvSchema.safeParse(clean);
   if (!r.success) {
-    const issue = r.error.issues[0]!;
-    throw new AgentConfigError(String(issue.path[0] ?? 'env'), issue.message);
+    const { variable, message } = joinEnvProblems(envProblems(r.error, clean));
+    throw new AgentConfigError(variable, message);
   }
   const e = r.data;
   const labels = e.FFLEET_AGENT_LABELS.split(',')

@@ -1,4 +1,5 @@
 export * from './command/index.ts';
+export * from './config/env-problems.ts';
 export * from './protocol/messages.ts';
 export * from './protocol/topics.ts';
 export * from './schemas/agent.ts';

@@ -1,5 +1,6 @@
 import { hostname } from 'node:os';
 import { isAbsolute, resolve } from 'node:path';
+import { envProblems, joinEnvProblems } from '@ffleet/shared';
 import { z } from 'zod';
 
 const bool = z
@@ -78,14 +79,14 @@ export class ConfigError extends Error {
 const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost', '[::1]']);
 export const isLoopbackHost = (h: string): boolean => LOOPBACK.has(h) || h.startsWith('127.');
 
-/** Parse the control plane's config from an env object. Throws ConfigError naming the variable. */
+/** Parse the control plane's config from an env object. Throws ConfigError naming every invalid variable. */
 export function parseConfig(env: Record<string, string | undefined>): ControlPlaneConfig {
   // Empty strings mean "unset" (common in compose files and systemd units).
   const clean = Object.fromEntries(Object.entries(env).filter(([, v]) => v !== undefined && v !== ''));
   const r = EnvSchema.safeParse(clean);
   if (!r.success) {
-    const issue = r.error.issues[0]!;
-    throw new ConfigError(String(issue.path[0] ?? 'env'), issue.message);
+    const { variable, message } = joinEnvProblems(envProblems(r.error, clean));
+    throw new ConfigError(variable, message);
   }
   const e = r.data;
   const apiTokens = (e.FFLEET_API_TOKENS ?? '')

@@ -1,0 +1,35 @@
+import { describe, expect, it } from 'vitest';
+import { parseAgentConfig } from './config.ts';
+
+const base = { FFLEET_AGENT_TOKEN: 'secret-token-1', FFLEET_AGENT_NAME: 'box-a' };
+
+describe('parseAgentConfig', () => {
+  it('reads a valid environment; empty values mean unset', () => {
+    const env = { ...base, FFLEET_AGENT_SLOTS: '4', FFLEET_AGENT_LABELS: 'gpu, fast', LOG_LEVEL: '' };
+    expect(parseAgentConfig(env)).toMatchObject({
+      name: 'box-a',
+      slots: 4,
+      labels: ['gpu', 'fast'],
+      logLevel: 'info',
+    });
+  });
+
+  it('names every invalid variable in one line, with the rule each broke', () => {
+    const env = { ...base, FFLEET_AGENT_SLOTS: 'abc', FFLEET_HEARTBEAT_MS: '5.5', LOG_LEVEL: 'loud' };
+    expect(() => parseAgentConfig(env)).toThrow(
+      expect.objectContaining({
+        variable: 'FFLEET_AGENT_SLOTS',
+        message:
+          'invalid configuration: FFLEET_AGENT_SLOTS: must be a number, got "abc"; FFLEET_HEARTBEAT_MS: must be a whole number, got "5.5"; LOG_LEVEL: must be one of fatal, error, warn, info, debug, trace, silent, got "loud"',
+      }),
+    );
+  });
+
+  it('never repeats a token or a broker URL in its error', () => {
+    const run = () => parseAgentConfig({ FFLEET_AGENT_TOKEN: 'short', MQTT_URL: 'http://user:pw@broker' });
+    expect(run).toThrow(
+      'MQTT_URL: must be an mqtt://, mqtts://, tcp://, ws:// or wss:// URL; FFLEET_AGENT_TOKEN: must be at least 8 characters',
+    );
+    expect(run).not.toThrow(/short|pw@/);
+  });
+});

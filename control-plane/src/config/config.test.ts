@@ -1,0 +1,34 @@
+import { describe, expect, it } from 'vitest';
+import { parseConfig } from './config.ts';
+
+describe('parseConfig', () => {
+  it('reads the defaults; empty values mean unset', () => {
+    expect(parseConfig({ PORT: '', FFLEET_LOCAL_AGENT: 'yes' })).toMatchObject({
+      port: 3000,
+      host: '127.0.0.1',
+      mqttPort: 1883,
+      localAgent: true,
+      leaseTtlMs: 30_000,
+    });
+  });
+
+  it('names every invalid variable in one line, with the rule each broke', () => {
+    const env = { PORT: '99999', FFLEET_LOCAL_AGENT: 'maybe', FFLEET_LEASE_TTL_MS: '10' };
+    expect(() => parseConfig(env)).toThrow(
+      expect.objectContaining({
+        variable: 'PORT',
+        message:
+          'invalid configuration: PORT: must be at most 65535, got "99999"; FFLEET_LOCAL_AGENT: must be one of 0, 1, true, false, yes, no, on, off, got "maybe"; FFLEET_LEASE_TTL_MS: must be at least 1000, got "10"',
+      }),
+    );
+  });
+
+  it('never repeats a secret or a URL in its error', () => {
+    const env = { DATABASE_URL: 'mysql://app:pw@db/ffleet', FFLEET_AGENT_TOKEN: 'short' };
+    const run = () => parseConfig(env);
+    expect(run).toThrow(
+      'DATABASE_URL: must be a postgres:// or postgresql:// URL; FFLEET_AGENT_TOKEN: must be at least 8 characters',
+    );
+    expect(run).not.toThrow(/pw@|short/);
+  });
+});

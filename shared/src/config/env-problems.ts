@@ -1,0 +1,65 @@
+import type { z } from 'zod';
+
+/** Variables whose value an error never repeats: secrets, and URLs, which may carry a password. */
+const SECRET = /TOKEN|SECRET|PASSWORD|_URL$/;
+/** A longer value is cut when repeated in an error. */
+const SHOWN_CHARS = 80;
+
+/** One invalid environment variable: its name and what is wrong with it, in words an operator can act on. */
+export type EnvProblem = { variable: string; message: string };
+
+/**
+ * The problems of a failed parse of an environment object, one per variable (its first issue), so that
+ * one start names everything to fix. zod's generic wording ("Invalid input: expected number, received
+ * NaN") becomes the rule the value broke; a message the schema gives itself is kept. The value is
+ * repeated (`got "abc"`) unless the variable may hold a secret.
+ */
+export function envProblems(error: z.ZodError, env: Record<string, string | undefined>): EnvProblem[] {
+  const problems: EnvProblem[] = [];
+  for (const issue of error.issues) {
+    const variable = String(issue.path[0] ?? 'env');
+    if (problems.some((p) => p.variable === variable)) continue;
+    const raw = env[variable];
+    const shown =
+      raw === undefined || SECRET.test(variable)
+        ? ''
+        : `, got ${JSON.stringify(raw.length > SHOWN_CHARS ? `${raw.slice(0, SHOWN_CHARS)}…` : raw)}`;
+    problems.push({ variable, message: `${describe(issue as unknown as Issue)}${shown}` });
+  }
+  return problems;
+}
+
+/** The problems as one line: the first variable, and a message naming the others. */
+export function joinEnvProblems(problems: readonly EnvProblem[]): EnvProblem {
+  const [first, ...rest] = problems;
+  if (!first) return { variable: 'env', message: 'invalid' };
+  return {
+    variable: first.variable,
+    message: [first.message, ...rest.map((p) => `${p.variable}: ${p.message}`)].join('; '),
+  };
+}
+
+type Issue = {
+  code: string;
+  message: string;
+  expected?: string;
+  origin?: string;
+  minimum?: number | bigint;
+  maximum?: number | bigint;
+  inclusive?: boolean;
+  values?: unknown[];
+};
+
+function describe(issue: Issue): string {
+  if (issue.code === 'invalid_type' && issue.expected === 'number') return 'must be a number';
+  if (issue.code === 'invalid_type' && issue.expected === 'int') return 'must be a whole number';
+  if (issue.code === 'too_small' && issue.origin === 'number')
+    return `must be ${issue.inclusive === false ? 'greater than' : 'at least'} ${issue.minimum}`;
+  if (issue.code === 'too_big' && issue.origin === 'number')
+    return `must be ${issue.inclusive === false ? 'less than' : 'at most'} ${issue.maximum}`;
+  if (issue.code === 'invalid_value' && issue.values) {
+    const allowed = issue.values.filter((v) => v !== '').map(String);
+    return `must be one of ${allowed.join(', ')}`;
+  }
+  return issue.message;
+}
