@@ -1,7 +1,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { delimiter, isAbsolute, join, resolve } from 'node:path';
-import { AGENT_ID_RE, envProblems, joinEnvProblems, Label, MAX_SLOTS } from '@ffleet/shared';
+import { AGENT_ID_RE, envError, Label, MAX_SLOTS } from '@ffleet/shared';
 import { z } from 'zod';
 
 /** Thrown for an invalid environment value; names the variable. */
@@ -61,7 +61,7 @@ export function parseAgentConfig(env: NodeJS.ProcessEnv): AgentConfig {
   const clean = Object.fromEntries(Object.entries(env).filter(([, v]) => v !== undefined && v !== ''));
   const r = EnvSchema.safeParse(clean);
   if (!r.success) {
-    const { variable, message } = joinEnvProblems(envProblems(r.error, clean));
+    const { variable, message } = envError(r.error, clean);
     throw new AgentConfigError(variable, message);
   }
   const e = r.data;

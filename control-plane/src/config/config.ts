@@ -1,6 +1,6 @@
 import { hostname } from 'node:os';
 import { isAbsolute, resolve } from 'node:path';
-import { envProblems, joinEnvProblems } from '@ffleet/shared';
+import { envError } from '@ffleet/shared';
 import { z } from 'zod';
 
 const bool = z
@@ -85,7 +85,7 @@ export function parseConfig(env: Record<string, string | undefined>): ControlPla
   const clean = Object.fromEntries(Object.entries(env).filter(([, v]) => v !== undefined && v !== ''));
   const r = EnvSchema.safeParse(clean);
   if (!r.success) {
-    const { variable, message } = joinEnvProblems(envProblems(r.error, clean));
+    const { variable, message } = envError(r.error, clean);
     throw new ConfigError(variable, message);
   }
   const e = r.data;

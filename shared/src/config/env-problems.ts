@@ -9,12 +9,13 @@ const SHOWN_CHARS = 80;
 export type EnvProblem = { variable: string; message: string };
 
 /**
- * The problems of a failed parse of an environment object, one per variable (its first issue), so that
- * one start names everything to fix. zod's generic wording ("Invalid input: expected number, received
- * NaN") becomes the rule the value broke; a message the schema gives itself is kept. The value is
- * repeated (`got "abc"`) unless the variable may hold a secret.
+ * What a failed parse of an environment object says, as one line: every invalid variable (its first
+ * issue), so that one start names everything to fix. `variable` is the first of them; `message` is its
+ * problem followed by `OTHER: problem` for each of the others. zod's generic wording ("Invalid input:
+ * expected number, received NaN") becomes the rule the value broke; a message the schema gives itself is
+ * kept. The value is repeated (`got "abc"`) unless the variable may hold a secret.
  */
-export function envProblems(error: z.ZodError, env: Record<string, string | undefined>): EnvProblem[] {
+export function envError(error: z.ZodError, env: Record<string, string | undefined>): EnvProblem {
   const problems: EnvProblem[] = [];
   for (const issue of error.issues) {
     const variable = String(issue.path[0] ?? 'env');
@@ -26,13 +27,8 @@ export function envProblems(error: z.ZodError, env: Record<string, string | unde
         : `, got ${JSON.stringify(raw.length > SHOWN_CHARS ? `${raw.slice(0, SHOWN_CHARS)}…` : raw)}`;
     problems.push({ variable, message: `${describe(issue as unknown as Issue)}${shown}` });
   }
-  return problems;
-}
-
-/** The problems as one line: the first variable, and a message naming the others. */
-export function joinEnvProblems(problems: readonly EnvProblem[]): EnvProblem {
   const [first, ...rest] = problems;
-  if (!first) return { variable: 'env', message: 'invalid' };
+  if (!first) return { variable: 'env', message: error.message };
   return {
     variable: first.variable,
     message: [first.message, ...rest.map((p) => `${p.variable}: ${p.message}`)].join('; '),
