@@ -4,6 +4,7 @@ import path from 'node:path';
 import type { ClaimedTask, TaskPatch } from '@ffleet/shared';
 import { createWildcardContext, resolveWildcards, type WildcardContext } from '@ffleet/shared';
 import type { Logger } from 'pino';
+import { withoutCredentials } from './child-env.ts';
 import { ProgressThrottle } from './progress-throttle.ts';
 import { createRunLogs, flushRunLogs, type RunLogs } from './run-logs.ts';
 import { DEFAULT_KILL_GRACE_MS } from './run-process.ts';
@@ -25,7 +26,10 @@ export interface RunTaskOptions {
   graceMs?: number;
   /** Clock for timestamps and wildcards; default the system clock. */
   now?: () => Date;
-  /** The agent environment scripts and the transcoder inherit; default `process.env`. */
+  /**
+   * The agent environment scripts and the transcoder inherit (without ffleet's credentials, see
+   * child-env.ts); default `process.env`.
+   */
   env?: NodeJS.ProcessEnv;
   /** Directories pre/post-processing scripts must live in; default (empty): any. */
   scriptDirs?: readonly string[];
@@ -91,7 +95,7 @@ async function runStages(
   throttle: ProgressThrottle,
 ): Promise<Stop | null> {
   const { claimed, transcoderPath, signal, now } = options;
-  const env = options.env ?? process.env;
+  const env = withoutCredentials(options.env ?? process.env);
   const graceMs = options.graceMs ?? DEFAULT_KILL_GRACE_MS;
   if (signal.aborted) return { kind: 'canceled' };
 
