@@ -17,10 +17,13 @@ export class LogBatcher {
     private readonly send: (text: string) => void,
     private readonly flushMs = LOG_FLUSH_MS,
     private readonly maxBytes = LOG_MAX_BATCH_BYTES,
+    /** Called when a line is added to an empty batch, before it is kept (see createRunLogs). */
+    private readonly onFirstLine?: () => void,
   ) {}
 
   /** Add one line (without its line break). */
   add(line: string): void {
+    if (this.lines.length === 0) this.onFirstLine?.();
     this.lines.push(line);
     this.bytes += Buffer.byteLength(line) + 1;
     if (this.bytes >= this.maxBytes) {

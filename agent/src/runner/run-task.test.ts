@@ -163,12 +163,48 @@ describe('runTask: success', () => {
     expect(reporter.text('pre')).toContain('pre says hello\n');
     expect(reporter.text('pre')).toContain('pre warns\n');
     expect(reporter.text('post')).toContain('post says hello\n');
+    // …in the order it was printed: each script's output between the agent's lines around it.
+    const at = (step: string, text: string) =>
+      reporter.logs.findIndex((l) => l.step === step && l.text.includes(text));
+    expect(at('agent', 'pre-processing: $')).toBeLessThan(at('pre', 'pre says hello'));
+    expect(at('pre', 'pre says hello')).toBeLessThan(at('agent', 'transcoder: $'));
+    expect(at('agent', 'transcoder: $')).toBeLessThan(at('transcoder', 'Duration:'));
+    expect(at('agent', 'post-processing: $')).toBeLessThan(at('post', 'post says hello'));
     const lastPost = reporter.updates.map((u) => u.patch).findLast((p) => p.postProcessing);
     expect(lastPost?.postProcessing).toMatchObject({
       error: '',
       scriptPath: { resolved: `${post} ${uuid}.mp4` },
     });
     expect(lastPost?.postProcessing?.finishedAt).toBeGreaterThan(0);
+  });
+
+  it("passes the agent's environment to scripts without ffleet's credentials", async () => {
+    const script = fx.script('env.sh', `env > "${fx.dir}/env-seen"`);
+    const { result } = await fx.run(
+      {
+        command: { raw: '-i ${INPUT_FILE} -c:v mpeg4 -y ${OUTPUT_FILE}', resolved: '' },
+        outputFile: { raw: `${fx.dir}/env/out.mp4`, resolved: '' },
+        preProcessing: makeStep(script, `${fx.dir}/side/env-\${UUID}.json`),
+      },
+      {
+        env: {
+          PATH: process.env.PATH,
+          STUDIO_UPLOAD_SECRET: 'kept-for-the-script',
+          FFLEET_AGENT_NAME: 'box-1',
+          FFLEET_AGENT_TOKEN: 'agent-token-not-for-scripts',
+          FFLEET_API_TOKENS: 'api-token-not-for-scripts',
+          DATABASE_URL: 'postgres://ffleet:db-password@db/ffleet',
+          MQTT_URL: 'mqtt://ffleet:broker-password@broker:1883',
+        },
+      },
+    );
+    expect(result).toEqual({ status: 'DONE_SUCCESSFUL', error: '' });
+    const seen = readFileSync(fx.file('env-seen'), 'utf8');
+    expect(seen).toContain('STUDIO_UPLOAD_SECRET=kept-for-the-script\n');
+    expect(seen).toContain('FFLEET_AGENT_NAME=box-1\n');
+    expect(seen).toContain('SIDECAR_FILE=');
+    for (const secret of ['agent-token', 'api-token', 'db-password', 'broker-password'])
+      expect(seen).not.toContain(secret);
   });
 
   it('uses one instant and one ${UUID} for every field of the run', async () => {
