@@ -158,14 +158,14 @@ export class FleetAgent {
 
   /** First SIGTERM: stop claiming, let running tasks finish, then leave. */
   async drain(): Promise<void> {
-    this.#draining = true;
+    this.#startDraining();
     this.#applyWatch([]);
     await Promise.allSettled([...this.#runs.values()].map((r) => r.done));
   }
 
   /** Second SIGTERM: kill running work and hand the tasks back to the queue (not a failure). */
   async handBack(): Promise<void> {
-    this.#draining = true;
+    this.#startDraining();
     for (const r of this.#runs.values()) {
       r.handingBack = true;
       r.abort.abort();
@@ -218,6 +218,17 @@ export class FleetAgent {
     );
   }
 
+  /**
+   * Claim nothing more, and say so: the retained birth is republished with `draining`, so the fleet
+   * shows the agent `draining` (not `online`) for as long as its running tasks take, and its
+   * watchfolders move to another agent now rather than when it leaves.
+   */
+  #startDraining(): void {
+    if (this.#draining) return;
+    this.#draining = true;
+    this.#session?.updateBirth();
+  }
+
   #birth(): BirthInfo {
     return {
       version: this.#version,
@@ -233,6 +244,7 @@ export class FleetAgent {
       hwaccels: this.#transcoder?.hwaccels ?? [],
       labels: this.#cfg.labels,
       slots: this.#cfg.slots,
+      ...(this.#draining ? { draining: true } : {}),
     };
   }
 

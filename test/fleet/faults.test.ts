@@ -127,6 +127,13 @@ describe('agent faults', () => {
     await c.api.waitForTask(task.id, isEncoding, 30_000);
     agent.signal('SIGTERM');
     await agent.waitForOutput(/running tasks finish first/, 10_000);
+    // The fleet shows it draining (not online) while its task finishes.
+    await waitFor(
+      async () => (await c.api.getAgent(agent.label))?.status === 'draining',
+      5_000,
+      'agent draining',
+    );
+    expect((await c.api.getTask(task.id)).status).toBe('RUNNING');
     const later = await c.api.createTask({
       command: ENCODE,
       inputFile: clip4,

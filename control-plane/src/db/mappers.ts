@@ -134,7 +134,8 @@ export const effectiveLabels = (r: AgentRow): string[] => r.labelsOverride ?? r.
 export const effectiveSlots = (r: AgentRow): number => r.slotsOverride ?? r.reportedSlots;
 
 export function toAgent(r: AgentRow, runningTasks: string[]): Agent {
-  const status: Agent['status'] = !r.online ? 'offline' : r.paused ? 'draining' : 'online';
+  // Draining: paused by an operator, or shutting down on its own (SIGTERM); either way it claims nothing.
+  const status: Agent['status'] = !r.online ? 'offline' : r.paused || r.shuttingDown ? 'draining' : 'online';
   return {
     id: r.id,
     uuid: r.id,

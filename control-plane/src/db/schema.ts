@@ -306,6 +306,11 @@ export const agents = pgTable(
     labelsOverride: text('labels_override').array(),
     slotsOverride: integer('slots_override'),
     paused: boolean('paused').notNull().default(false),
+    /**
+     * The agent said in its birth that it is shutting down (a first SIGTERM): it claims nothing more
+     * and leaves once its running tasks are done. Shown as `draining`; cleared by its next birth or will.
+     */
+    shuttingDown: boolean('shutting_down').notNull().default(false),
     lastSeen: ms('last_seen'),
     connectedAt: ms('connected_at'),
     createdAt: ms('created_at'),

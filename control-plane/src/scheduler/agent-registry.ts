@@ -11,7 +11,7 @@ export async function recordBirth(db: Db, name: string, birth: AgentBirth, now: 
     // A will from an older connection (other bootId) must not mark the live session offline.
     const [row] = await db
       .update(agents)
-      .set({ online: false, lastSeen: now })
+      .set({ online: false, shuttingDown: false, lastSeen: now })
       .where(and(eq(agents.name, name), eq(agents.bootId, birth.bootId)))
       .returning();
     if (row) return row;
@@ -32,13 +32,28 @@ export async function recordBirth(db: Db, name: string, birth: AgentBirth, now: 
     hwaccels: birth.hwaccels,
     reportedLabels: birth.labels,
     reportedSlots: birth.slots,
+    shuttingDown: birth.state === 'online' && birth.draining === true,
     lastSeen: now,
-    ...(birth.state === 'online' ? { connectedAt: now } : {}),
   };
+  // A birth republished on the same connection (after the transcoder probe, when a drain starts) keeps
+  // the time the agent connected; a new process or a return from offline starts it again.
+  const connectedAt =
+    birth.state === 'online'
+      ? {
+          connectedAt: sql`CASE WHEN ${agents.online} AND ${agents.bootId} = ${birth.bootId}
+            THEN ${agents.connectedAt} ELSE ${now}::bigint END`,
+        }
+      : {};
   const [row] = await db
     .insert(agents)
-    .values({ id: randomUUID(), name, createdAt: now, ...fields })
-    .onConflictDoUpdate({ target: agents.name, set: fields })
+    .values({
+      id: randomUUID(),
+      name,
+      createdAt: now,
+      ...fields,
+      ...(birth.state === 'online' ? { connectedAt: now } : {}),
+    })
+    .onConflictDoUpdate({ target: agents.name, set: { ...fields, ...connectedAt } })
     .returning();
   return row!;
 }
@@ -67,5 +82,10 @@ export async function markSilentOffline(db: Db, now: number, silentMs: number): 
   return rows.map((r) => r.id);
 }
 
+/** Agents that are online and not shutting down (a draining agent has stopped scanning watchfolders). */
 export const onlineAgents = (db: Db) =>
-  db.select().from(agents).where(eq(agents.online, true)).orderBy(sql`${agents.name}`);
+  db
+    .select()
+    .from(agents)
+    .where(and(eq(agents.online, true), eq(agents.shuttingDown, false)))
+    .orderBy(sql`${agents.name}`);

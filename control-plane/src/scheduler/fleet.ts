@@ -467,11 +467,11 @@ export class Fleet implements FleetHooks {
   // ---- helpers ----
 
   /**
-   * Whether the agent may claim at all (not paused, online, with a transcoder). How many: configured
+   * Whether the agent may claim at all (not paused, online and not shutting down, with a transcoder). How many: configured
    * slots minus running work, counted inside the claim statement (claimTasksIn, `slots`).
    */
   #mayClaim(agent: AgentRow): boolean {
-    return !agent.paused && agent.online && !!agent.transcoder;
+    return !agent.paused && agent.online && !agent.shuttingDown && !!agent.transcoder;
   }
 
   #claiming(agent: AgentRow): ClaimingAgent {

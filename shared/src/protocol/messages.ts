@@ -23,7 +23,11 @@ export const AgentBirth = z.object({
   hwaccels: z.array(z.string()),
   labels: z.array(z.string()),
   slots: z.number().int(),
-
+  /**
+   * The agent is shutting down (a first SIGTERM): it claims nothing more, has stopped scanning, and
+   * leaves once its running tasks are done. Republished (retained) when the drain starts.
+   */
+  draining: z.boolean().optional(),
   ts: z.number(),
 });
 export type AgentBirth = z.infer<typeof AgentBirth>;

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { Label, Millis } from './common.ts';
 
+/** `draining`: online but claiming nothing — paused by an operator, or shutting down (SIGTERM) until its tasks end. */
 export const AgentStatus = z.enum(['online', 'offline', 'draining']);
 export type AgentStatus = z.infer<typeof AgentStatus>;
 

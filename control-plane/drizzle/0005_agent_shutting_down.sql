@@ -1,0 +1,1 @@
+ALTER TABLE "agents" ADD COLUMN "shutting_down" boolean DEFAULT false NOT NULL;
