@@ -91,6 +91,37 @@ describe('hostile task definitions', () => {
   });
 });
 
+describe('an agent without a working transcoder', () => {
+  it('comes online, says why in its log and in the agents API, and claims nothing', async () => {
+    const transcoder = join(c.dir, 'no-such-dir', 'ffmpeg');
+    const agent = await c.startAgent({
+      name: 'no-transcoder',
+      waitOnline: false,
+      env: { FFLEET_TRANSCODER: transcoder, LOG_LEVEL: 'info' },
+    });
+    await agent.waitForOutput(/no working transcoder/, 30_000);
+    await waitFor(
+      async () => (await c.api.getAgent(agent.label))?.status === 'online',
+      15_000,
+      'agent online',
+    );
+    const shown = await c.api.getAgent(agent.label);
+    expect(shown).toMatchObject({ transcoder: null });
+    expect(shown?.transcoderError).toContain(transcoder);
+    // Only this agent could take it: it stays queued.
+    const task = await c.api.createTask({
+      command: ENCODE,
+      inputFile: input,
+      outputFile: out('no-transcoder.mp4'),
+      requires: [`agent:${agent.label}`],
+    });
+    await new Promise((r) => setTimeout(r, 2_000));
+    expect((await c.api.getTask(task.id)).status).toBe('QUEUED');
+    await c.api.patch(`/api/v1/tasks/${task.id}/cancel`);
+    await agent.terminate('SIGKILL');
+  }, 60_000);
+});
+
 describe('garbage from an authenticated agent client', () => {
   let rogue: MqttClient | null = null;
 

@@ -67,6 +67,20 @@ describe('agent routes', () => {
     await expectProblem(await t.call('GET', '/api/v1/agents/nobody'), 404, 'AGENT_NOT_FOUND');
   });
 
+  it('says why an agent has no working transcoder', async () => {
+    const a = await insertAgent(t.db, {
+      name: 'no-ffmpeg',
+      online: true,
+      transcoder: null,
+      transcoderError: 'FFLEET_TRANSCODER=/opt/ffmpeg: not found',
+    });
+    const got = await json(await t.call('GET', `/api/v1/agents/${a.id}`));
+    expect(got).toMatchObject({
+      transcoder: null,
+      transcoderError: 'FFLEET_TRANSCODER=/opt/ffmpeg: not found',
+    });
+  });
+
   it('PATCH pauses (drain), overrides labels and slots, and tells the fleet', async () => {
     const a = await insertAgent(t.db, { name: 'patch-me', online: true });
     const paused = await json(await t.call('PATCH', `/api/v1/agents/${a.id}`, { paused: true }));

@@ -146,6 +146,7 @@ export function toAgent(r: AgentRow, runningTasks: string[]): Agent {
     os: r.os,
     arch: r.arch,
     transcoder: r.transcoder ?? null,
+    ...(!r.transcoder && r.transcoderError ? { transcoderError: r.transcoderError } : {}),
     encoders: r.encoders ?? [],
     hwaccels: r.hwaccels ?? [],
     labels: effectiveLabels(r),

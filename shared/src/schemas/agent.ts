@@ -17,6 +17,11 @@ export const Agent = z.object({
   os: z.string(),
   arch: z.string(),
   transcoder: z.object({ path: z.string(), version: z.string() }).nullable(),
+  /**
+   * Why the agent has no working transcoder (`transcoder` is then null and it claims nothing), as it
+   * reported it, e.g. `ffmpeg not found on PATH`. Present only then.
+   */
+  transcoderError: z.string().optional(),
   encoders: z.array(z.string()),
   hwaccels: z.array(z.string()),
   labels: z.array(z.string()),
