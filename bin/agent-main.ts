@@ -16,6 +16,17 @@ export const makeLogger = (level: string): Logger =>
   });
 
 /**
+ * An agent that could not start (its data directory cannot hold its outbox, …): logged, one line on
+ * stderr an operator can act on instead of a stack trace, exit code 1.
+ */
+export function agentStartFailed(logger: Logger, err: unknown): never {
+  const message = err instanceof Error ? err.message : String(err);
+  logger.fatal({ err: message }, 'agent failed to start');
+  process.stderr.write(`ffleet: agent failed to start: ${message}\n`);
+  process.exit(1);
+}
+
+/**
  * SIGTERM/SIGINT once: stop claiming, let running tasks finish, stop. Twice: kill running work and
  * hand it back to the queue, then stop.
  */
@@ -62,7 +73,7 @@ export async function runAgent(version: string): Promise<void> {
   const logger = makeLogger(config.logLevel);
   const { FleetAgent } = await import('../agent/src/fleet-agent.ts');
   const agent = new FleetAgent({ config, logger, version });
-  await agent.start();
+  await agent.start().catch((err: unknown) => agentStartFailed(logger, err));
   logger.info({ agent: config.name, broker: config.mqttUrl, slots: config.slots }, 'agent started');
   onSignals(
     logger,

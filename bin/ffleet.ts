@@ -4,7 +4,7 @@ import type { FleetAgent } from '../agent/src/fleet-agent.ts';
 import { ConfigError, type ControlPlaneConfig, parseConfig } from '../control-plane/src/config/config.ts';
 import type { RunningControlPlane } from '../control-plane/src/control-plane.ts';
 import { VERSION } from '../control-plane/src/version.ts';
-import { EXIT_CONFIG, makeLogger, onSignals, runAgent } from './agent-main.ts';
+import { agentStartFailed, EXIT_CONFIG, makeLogger, onSignals, runAgent } from './agent-main.ts';
 
 // The heavy parts are imported by the subcommand that needs them: an agent on an encode box does not
 // load the database, broker and HTTP stacks (seconds of start-up on a small machine).
@@ -49,7 +49,13 @@ async function runControlPlane(withLocalAgent: boolean): Promise<void> {
     );
     const { FleetAgent } = await loadAgent();
     agent = new FleetAgent({ config: agentConfig, logger, version: VERSION });
-    await agent.start();
+    try {
+      await agent.start();
+    } catch (err) {
+      // The control plane is up: close it (its embedded database and broker) before leaving.
+      await cp.stop().catch(() => {});
+      agentStartFailed(logger, err);
+    }
     logger.info({ agent: agentConfig.name, slots: agentConfig.slots }, 'local agent started');
   }
   logger.info(

@@ -3,7 +3,7 @@
  * embedded PGlite, embedded broker and the local agent in one process. One POST transcodes a file; a
  * restart keeps the task and its result.
  */
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -86,4 +86,33 @@ describe('all-in-one (ffleet start)', () => {
     await start();
     expect(await api.getTask(task.id)).toMatchObject({ status: 'DONE_SUCCESSFUL', progress: 100 });
   }, 180_000);
+
+  it('stops with one clear line, not a stack trace, when its agent cannot keep its outbox', async () => {
+    // A file where the agent's state directory would be.
+    const data = join(dir, 'bad-data');
+    mkdirSync(data, { recursive: true });
+    writeFileSync(join(data, 'agent-blocked'), 'not a directory');
+    const cases = [
+      spawnFfleet(
+        'agent',
+        {
+          ...env,
+          FFLEET_DATA_DIR: data,
+          FFLEET_AGENT_NAME: 'blocked',
+          FFLEET_AGENT_TOKEN: 'a-test-agent-token',
+          MQTT_URL: 'mqtt://127.0.0.1:1',
+        },
+        'agent',
+      ),
+      spawnFfleet('start', { ...env, FFLEET_DATA_DIR: data, FFLEET_AGENT_NAME: 'blocked' }, 'start'),
+    ];
+    for (const p of cases) {
+      expect(await p.exited).toEqual({ code: 1, signal: null });
+      const text = p.output();
+      expect(text).toMatch(
+        /^ffleet: agent failed to start: ENOTDIR: not a directory, mkdir '.*agent-blocked\/outbox'$/m,
+      );
+      expect(text).not.toMatch(/^\s+at /m);
+    }
+  }, 120_000);
 });
