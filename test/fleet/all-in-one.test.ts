@@ -104,7 +104,18 @@ describe('all-in-one (ffleet start)', () => {
         },
         'agent',
       ),
-      spawnFfleet('start', { ...env, FFLEET_DATA_DIR: data, FFLEET_AGENT_NAME: 'blocked' }, 'start'),
+      // Its own ports: the first test leaves its all-in-one running.
+      spawnFfleet(
+        'start',
+        {
+          ...env,
+          PORT: String(await findFreePort()),
+          MQTT_PORT: String(await findFreePort()),
+          FFLEET_DATA_DIR: data,
+          FFLEET_AGENT_NAME: 'blocked',
+        },
+        'start',
+      ),
     ];
     for (const p of cases) {
       expect(await p.exited).toEqual({ code: 1, signal: null });
