@@ -72,7 +72,16 @@ export async function runAgent(version: string): Promise<void> {
   }
   const logger = makeLogger(config.logLevel);
   const { FleetAgent } = await import('../agent/src/fleet-agent.ts');
-  const agent = new FleetAgent({ config, logger, version });
+  const agent = new FleetAgent({
+    config,
+    logger,
+    version,
+    // Another process holds this agent's name: a configuration problem, reported like one.
+    onRefused: (reason) => {
+      process.stderr.write(`ffleet: ${reason}\n`);
+      process.exit(EXIT_CONFIG);
+    },
+  });
   await agent.start().catch((err: unknown) => agentStartFailed(logger, err));
   logger.info({ agent: config.name, broker: config.mqttUrl, slots: config.slots }, 'agent started');
   onSignals(

@@ -13,7 +13,7 @@ import {
 } from '@ffleet/shared';
 import type { Logger } from 'pino';
 import type { AgentConfig } from './config.ts';
-import { killOrphanedRuns, RUN_MARK_VAR } from './orphans.ts';
+import { killOrphanedRuns, RUN_MARK_VAR, runMark } from './orphans.ts';
 import { Outbox } from './outbox/outbox.ts';
 import {
   coalescingReporter,
@@ -57,7 +57,16 @@ type Run = {
   done: Promise<void>;
 };
 
-export type FleetAgentOptions = { config: AgentConfig; logger: Logger; version: string };
+export type FleetAgentOptions = {
+  config: AgentConfig;
+  logger: Logger;
+  version: string;
+  /**
+   * The control plane refused this very process (another one holds its name) and it has left: its
+   * session is closed and its runs stopped. `ffleet agent` exits; the all-in-one keeps its control plane.
+   */
+  onRefused?: (reason: string) => void;
+};
 
 /**
  * One encode box: MQTT session, claims, task runs, cancel, hand-back on forced shutdown, watchfolder
@@ -99,8 +108,11 @@ export class FleetAgent {
   /** `taskId:attempt` → seq of the run's last report, for runs that ended and await that report's ack. */
   readonly #lastSeq = new Map<string, number>();
 
+  readonly #onRefused: ((reason: string) => void) | undefined;
+
   constructor(opts: FleetAgentOptions) {
     this.#cfg = opts.config;
+    this.#onRefused = opts.onRefused;
     this.#version = opts.version;
     this.#base = opts.logger.child({ agent: opts.config.name });
     this.#log = this.#base.child({ component: 'agent' });
@@ -171,6 +183,27 @@ export class FleetAgent {
       r.abort.abort();
     }
     await Promise.allSettled([...this.#runs.values()].map((r) => r.done));
+  }
+
+  /**
+   * Refused for sharing its name with a process that was there first: stop at once, without an
+   * `offline` status (the name's status is the other process's) and without the Last Will (a clean
+   * disconnect), kill running work (the control plane requeues it: it is not ours any more) and tell
+   * the host.
+   */
+  async #leave(reason: string): Promise<void> {
+    this.#refused = reason;
+    this.#draining = true;
+    this.#log.error({ reason }, 'the control plane refused this agent process: leaving');
+    if (this.#pollTimer) clearInterval(this.#pollTimer);
+    if (this.#claimTimer) clearTimeout(this.#claimTimer);
+    await this.#watchLoading;
+    await this.#watch?.stopAll();
+    for (const r of this.#runs.values()) r.abort.abort(FENCED_OUT);
+    await Promise.allSettled([...this.#runs.values()].map((r) => r.done));
+    await this.#session?.stop({ graceful: false, silent: true });
+    await this.#outbox.stop();
+    this.#onRefused?.(reason);
   }
 
   /** Stop everything. `graceful` waits for the outbox to be acknowledged (bounded). */
@@ -355,6 +388,11 @@ export class FleetAgent {
         return;
       }
       case 'refused': {
+        if (m.bootId !== undefined) {
+          // Meant for the other process sharing our name (same inbox), or for us: then we leave.
+          if (m.bootId === this.#bootId && !this.#refused) void this.#leave(m.reason);
+          return;
+        }
         this.#refused = m.reason;
         this.#log.error({ reason: m.reason }, 'the control plane refused this agent');
         return;
@@ -403,7 +441,7 @@ export class FleetAgent {
       signal: run.abort.signal,
       logger: this.#base,
       scriptDirs: this.#cfg.scriptDirs,
-      env: { ...this.#cfg.env, [RUN_MARK_VAR]: `${this.#cfg.name}:${this.#bootId}` },
+      env: { ...this.#cfg.env, [RUN_MARK_VAR]: runMark(this.#cfg.name, this.#bootId) },
     })
       .then(() => {
         if (run.handingBack) send({ kind: 'update', patch: { status: 'QUEUED' } });

@@ -1,6 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { afterEach, describe, expect, it } from 'vitest';
-import { killOrphanedRuns, RUN_MARK_VAR } from './orphans.ts';
+import { killOrphanedRuns, RUN_MARK_VAR, runMark } from './orphans.ts';
 
 const started: ChildProcess[] = [];
 afterEach(() => {
@@ -45,5 +45,18 @@ describe('killOrphanedRuns', () => {
     expect(orphan.signalCode).toBe('SIGKILL');
     expect(alive(current.pid!)).toBe(true);
     expect(alive(other.pid!)).toBe(true);
+  });
+
+  it('leaves the runs of another live agent process of the same name alone (two agents on one host)', async () => {
+    // Marked as this test process's runs: its owner is alive.
+    const live = sleeper(runMark('box-3', 'other-boot'));
+    // Marked by a process that is gone (a pid that cannot exist, and a stale start time of ours).
+    const gone = sleeper(`box-3:dead-boot:${2 ** 22 + 1}:1`);
+    const reused = sleeper(`box-3:reused-boot:${process.pid}:1`);
+    await new Promise((r) => setTimeout(r, 100));
+    const killed = killOrphanedRuns('box-3', 'this-boot');
+    expect(killed.sort()).toEqual([gone.pid, reused.pid].sort());
+    await exited(gone);
+    expect(alive(live.pid!)).toBe(true);
   });
 });

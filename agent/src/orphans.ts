@@ -1,7 +1,35 @@
 import { readdirSync, readFileSync } from 'node:fs';
 
-/** Every process an agent starts (scripts, transcoder) carries this variable: `<agent name>:<boot id>`. */
+/**
+ * Every process an agent starts (scripts, transcoder) carries this variable:
+ * `<agent name>:<boot id>:<agent pid>:<agent start time>` (runMark).
+ */
 export const RUN_MARK_VAR = 'FFLEET_AGENT_RUN';
+
+/** A process's start time (clock ticks since boot, /proc/<pid>/stat field 22), or null when it is gone. */
+function startTime(pid: number | string): string | null {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'latin1');
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19] ?? null;
+  } catch {
+    return null;
+  }
+}
+
+/** The mark of this agent process's runs (see RUN_MARK_VAR). */
+export function runMark(agentName: string, bootId: string): string {
+  return `${agentName}:${bootId}:${process.pid}:${startTime(process.pid) ?? ''}`;
+}
+
+/**
+ * The process that started a marked run is alive (same pid, same start time): another live agent with
+ * the same name on this host, whose work is not orphaned. Marks without the pid (older agents) say no.
+ */
+function ownerAlive(rest: string): boolean {
+  const [, pid, start] = rest.split(':');
+  if (!pid || !start) return false;
+  return startTime(pid) === start;
+}
 
 /**
  * Kill the process groups a previous incarnation of this agent left behind. Steps run in their own
@@ -26,7 +54,9 @@ export function killOrphanedRuns(agentName: string, currentBootId: string): numb
       continue; // Gone, or not ours to read.
     }
     const mark = environ.split('\0').find((e) => e.startsWith(prefix));
-    if (!mark || mark === `${prefix}${currentBootId}`) continue;
+    if (!mark) continue;
+    const rest = mark.slice(prefix.length);
+    if (rest.split(':')[0] === currentBootId || ownerAlive(rest)) continue;
     try {
       const stat = readFileSync(`/proc/${pid}/stat`, 'latin1');
       // Fields after the ")" of the command name: state ppid pgrp …

@@ -156,6 +156,44 @@ describe('agent faults', () => {
     await c.api.patch(`/api/v1/tasks/${later.id}/cancel`);
   }, 120_000);
 
+  it('refuses the second of two agent processes sharing one name; the first keeps its name and its task', async () => {
+    const first = await c.startAgent({ name: 'twin', slots: 1 });
+    const target = out('twin.mp4');
+    const task = await c.api.createTask({
+      command: REALTIME,
+      inputFile: clip4,
+      outputFile: target,
+      requires: [`agent:${first.label}`],
+    });
+    await c.api.waitForTask(task.id, isEncoding, 30_000);
+    const before = await c.api.getAgent(first.label);
+    // Another box cloned with the same name (its own data directory).
+    const second = await c.startAgent({
+      name: 'twin',
+      slots: 1,
+      waitOnline: false,
+      env: { FFLEET_DATA_DIR: join(c.dir, 'twin-clone'), LOG_LEVEL: 'info' },
+    });
+    expect(await second.exited).toEqual({ code: 2, signal: null });
+    expect(second.output()).toMatch(
+      /ffleet: another agent process named "[^"]+" \(on host [^)]+\) was connected first/,
+    );
+    expect(second.output()).toContain('FFLEET_AGENT_NAME');
+    // The first one is still the agent of that name, online, and finishes the task. (Until the second
+    // is refused, the broker hands the name's connection back and forth and publishes the other's Last
+    // Will each time, so the task may be requeued and run again: its attempt is not checked.)
+    expect(first.running).toBe(true);
+    const done = await c.api.waitForTask(task.id, undefined, 60_000);
+    expect(done, done.error).toMatchObject({ status: 'DONE_SUCCESSFUL', agent: { name: first.label } });
+    expect(md5(target)).toBe(reference[clip4]);
+    await waitFor(
+      async () => (await c.api.getAgent(first.label))?.status === 'online',
+      10_000,
+      'first agent online',
+    );
+    expect((await c.api.getAgent(first.label))?.createdAt).toBe(before?.createdAt);
+  }, 120_000);
+
   it('hands the running task back when an agent is SIGTERMed twice; another agent completes it', async () => {
     const target = out('handback.mp4');
     const { task, runner, other } = await twoAgentsAndRunner('hand', {

@@ -178,14 +178,15 @@ export class AgentSession extends EventEmitter<SessionEvents> {
 
   /**
    * Publish a retained `offline` birth and disconnect. `graceful` waits (bounded) for in-flight
-   * publishes; otherwise the socket is dropped at once. Idempotent.
+   * publishes; otherwise the socket is dropped at once. `silent`: no `offline` birth (another process
+   * holds this agent's name, and its retained status must stay). Idempotent.
    */
-  stop(opts: { graceful: boolean } = { graceful: true }): Promise<void> {
-    if (!this.stopping) this.stopping = this.shutdown(opts.graceful);
+  stop(opts: { graceful: boolean; silent?: boolean } = { graceful: true }): Promise<void> {
+    if (!this.stopping) this.stopping = this.shutdown(opts.graceful, opts.silent ?? false);
     return this.stopping;
   }
 
-  private async shutdown(graceful: boolean): Promise<void> {
+  private async shutdown(graceful: boolean, silent: boolean): Promise<void> {
     for (const t of Object.values(this.timers)) clearTimeout(t);
     this.timers = {};
     this.waiters.close();
@@ -194,7 +195,7 @@ export class AgentSession extends EventEmitter<SessionEvents> {
     const wasReady = this.ready;
     this.ready = false;
     this.sender.goOffline();
-    if (wasReady) {
+    if (wasReady && !silent) {
       const offline = client.publishAsync(this.topic('status'), this.birthJson('offline'), {
         qos: 1,
         retain: true,

@@ -31,6 +31,7 @@ import {
   renewLeasesIn,
   sweepExpiredLeases,
 } from './leases.ts';
+import { NameClaims } from './name-claims.ts';
 import { applyReportIn, type ReportOutcome } from './reports.ts';
 import { SerialQueues } from './serial-queue.ts';
 import { planAssignments, saveAssignments, toAssignment } from './watch-assignment.ts';
@@ -123,6 +124,8 @@ export class Fleet implements FleetHooks {
    * outage longer than the TTL would requeue every healthy running task.
    */
   #listening = false;
+  /** Which processes hold each agent name: two live processes sharing one are told apart (name-claims.ts). */
+  readonly #names = new NameClaims();
 
   constructor(opts: FleetOptions) {
     this.#o = opts;
@@ -233,6 +236,18 @@ export class Fleet implements FleetHooks {
       await this.#send(name, { type: 'refused', reason });
       return;
     }
+    if (birth.state === 'online') {
+      const refuse = this.#names.birth(name, birth.bootId, birth.hostname, this.#ctx.now());
+      if (refuse) {
+        this.#log.error(
+          { agent: name, refused: refuse.bootId, hostname: birth.hostname },
+          'two agent processes share one name: the later one is refused',
+        );
+        // Both read this inbox; only the process with that boot id acts on it (and leaves).
+        await this.#send(name, { type: 'refused', reason: refuse.reason, bootId: refuse.bootId });
+        if (refuse.bootId === birth.bootId) return;
+      }
+    } else if (this.#names.isRefused(birth.bootId)) return;
     this.#agents.delete(name);
     const row = await recordBirth(this.#ctx.database.db, name, { ...birth, name }, this.#ctx.now());
     this.#agents.set(name, row);
@@ -247,6 +262,8 @@ export class Fleet implements FleetHooks {
   }
 
   async #onHello(name: string, hello: AgentHello): Promise<void> {
+    // A process refused for sharing its name lists none of the other's tasks: they are not lost.
+    if (this.#names.isRefused(hello.bootId)) return;
     const db = this.#ctx.database.db;
     const now = this.#ctx.now();
     this.#heard.delete(name);
@@ -274,6 +291,7 @@ export class Fleet implements FleetHooks {
   }
 
   async #onHeartbeat(name: string, hb: AgentHeartbeat): Promise<void> {
+    if (this.#names.isRefused(hb.bootId)) return;
     let agent = await this.#agent(name);
     if (!agent) return;
     if (!agent.online) {

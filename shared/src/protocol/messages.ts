@@ -170,7 +170,11 @@ export const InboxMessage = z.discriminatedUnion('type', [
     error: z.string().optional(),
     taskId: z.string().optional(),
   }),
-  z.object({ type: z.literal('refused'), reason: z.string() }),
+  /**
+   * The control plane will not work with this agent (`reason`). With `bootId`, only that process is
+   * refused (two processes share the agent's name and its inbox; the other one keeps working): it leaves.
+   */
+  z.object({ type: z.literal('refused'), reason: z.string(), bootId: z.string().optional() }),
 ]);
 export type InboxMessage = z.infer<typeof InboxMessage>;
 
