@@ -193,12 +193,8 @@ export class FleetAgent {
    */
   async #leave(reason: string): Promise<void> {
     this.#refused = reason;
-    this.#draining = true;
     this.#log.error({ reason }, 'the control plane refused this agent process: leaving');
-    if (this.#pollTimer) clearInterval(this.#pollTimer);
-    if (this.#claimTimer) clearTimeout(this.#claimTimer);
-    await this.#watchLoading;
-    await this.#watch?.stopAll();
+    await this.#quiesce();
     for (const r of this.#runs.values()) r.abort.abort(FENCED_OUT);
     await Promise.allSettled([...this.#runs.values()].map((r) => r.done));
     await this.#session?.stop({ graceful: false, silent: true });
@@ -206,13 +202,18 @@ export class FleetAgent {
     this.#onRefused?.(reason);
   }
 
-  /** Stop everything. `graceful` waits for the outbox to be acknowledged (bounded). */
-  async stop(opts: { flushMs?: number } = {}): Promise<void> {
+  /** Claim nothing more, ever: the claim timers and the watchfolder scans stop. */
+  async #quiesce(): Promise<void> {
     this.#draining = true;
     if (this.#pollTimer) clearInterval(this.#pollTimer);
     if (this.#claimTimer) clearTimeout(this.#claimTimer);
     await this.#watchLoading;
     await this.#watch?.stopAll();
+  }
+
+  /** Stop everything. `graceful` waits for the outbox to be acknowledged (bounded). */
+  async stop(opts: { flushMs?: number } = {}): Promise<void> {
+    await this.#quiesce();
     await this.handBack();
     await Promise.allSettled([...this.#puts]);
     const deadline = Date.now() + (opts.flushMs ?? 3_000);

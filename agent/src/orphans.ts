@@ -6,15 +6,18 @@ import { readdirSync, readFileSync } from 'node:fs';
  */
 export const RUN_MARK_VAR = 'FFLEET_AGENT_RUN';
 
-/** A process's start time (clock ticks since boot, /proc/<pid>/stat field 22), or null when it is gone. */
-function startTime(pid: number | string): string | null {
+/** The fields of /proc/<pid>/stat after the command name (state, ppid, pgrp, …), or null when it is gone. */
+function statFields(pid: number | string): string[] | null {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'latin1');
-    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19] ?? null;
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   } catch {
     return null;
   }
 }
+
+/** A process's start time (clock ticks since boot, field 22 of its stat), or null when it is gone. */
+const startTime = (pid: number | string): string | null => statFields(pid)?.[19] ?? null;
 
 /** The mark of this agent process's runs (see RUN_MARK_VAR). */
 export function runMark(agentName: string, bootId: string): string {
@@ -57,12 +60,8 @@ export function killOrphanedRuns(agentName: string, currentBootId: string): numb
     if (!mark) continue;
     const rest = mark.slice(prefix.length);
     if (rest.split(':')[0] === currentBootId || ownerAlive(rest)) continue;
-    try {
-      const stat = readFileSync(`/proc/${pid}/stat`, 'latin1');
-      // Fields after the ")" of the command name: state ppid pgrp …
-      const pgrp = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[2]);
-      if (pgrp > 1) groups.add(pgrp);
-    } catch {}
+    const pgrp = Number(statFields(pid)?.[2]);
+    if (pgrp > 1) groups.add(pgrp);
   }
   for (const g of groups) {
     try {
