@@ -7,7 +7,7 @@ import { appendFileSync, existsSync, mkdirSync, rmSync, statSync, writeFileSync 
 import { join } from 'node:path';
 import type { Task, Watchfolder } from '@ffleet/shared';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { TestCluster, waitFor } from '../helpers/cluster.ts';
+import { makeTestVideo, TestCluster, waitFor } from '../helpers/cluster.ts';
 
 let c: TestCluster;
 let presetId: string;
@@ -274,6 +274,34 @@ describe('watchfolders across several agents', () => {
     expect(ts.length).toBe(40);
     expect(new Set(relPaths(ts)).size).toBe(40);
   }, 120_000);
+
+  it('moves the folder to another agent as soon as its agent starts draining (SIGTERM) with a task running', async () => {
+    const a = await c.startAgent({ name: 'da', slots: 1 });
+    const dir = folder();
+    const wf = await createWatchfolder(dir);
+    await waitFor(async () => (await getWf(wf.id)).assignedAgent?.name === a.label, 15_000, 'assigned');
+    await c.startAgent({ name: 'db', slots: 0 });
+    const clip = await makeTestVideo(join(c.dir, 'media'), 'drain-clip.mp4', 8);
+    const task = await c.api.createTask({
+      command: `-re -y -i \${INPUT_FILE} -c:v mpeg4 \${OUTPUT_FILE}`,
+      inputFile: clip,
+      outputFile: join(c.dir, 'out', 'drain-watch.mp4'),
+      requires: [`agent:${a.label}`],
+    });
+    await c.api.waitForTask(task.id, (t) => t.status === 'RUNNING', 30_000);
+    a.signal('SIGTERM');
+    // The draining agent still runs its task, and the folder is scanned by the other one meanwhile.
+    await waitFor(
+      async () => (await getWf(wf.id)).assignedAgent?.name === c.agentName('db'),
+      10_000,
+      'moved while draining',
+    );
+    expect((await c.api.getTask(task.id)).status).toBe('RUNNING');
+    expect(a.running).toBe(true);
+    writeFileSync(join(dir, 'late.mov'), 'data');
+    await waitFor(async () => (await tasksOf(wf)).length === 1, 15_000, 'the new file picked up');
+    await c.api.patch(`/api/v1/tasks/${task.id}/cancel`);
+  }, 90_000);
 
   it('honours a pinned agent and reports it offline instead of moving the folder', async () => {
     await c.startLocalAgent({ name: 'p1', slots: 0 });
