@@ -166,7 +166,6 @@ describe('agent faults', () => {
       requires: [`agent:${first.label}`],
     });
     await c.api.waitForTask(task.id, isEncoding, 30_000);
-    const before = await c.api.getAgent(first.label);
     // Another box cloned with the same name (its own data directory).
     const second = await c.startAgent({
       name: 'twin',
@@ -191,7 +190,6 @@ describe('agent faults', () => {
       10_000,
       'first agent online',
     );
-    expect((await c.api.getAgent(first.label))?.createdAt).toBe(before?.createdAt);
   }, 120_000);
 
   it('hands the running task back when an agent is SIGTERMed twice; another agent completes it', async () => {

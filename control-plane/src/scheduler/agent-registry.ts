@@ -82,8 +82,11 @@ export async function markSilentOffline(db: Db, now: number, silentMs: number): 
   return rows.map((r) => r.id);
 }
 
-/** Agents that are online and not shutting down (a draining agent has stopped scanning watchfolders). */
-export const onlineAgents = (db: Db) =>
+/**
+ * Agents that may scan watchfolders: online and not shutting down (an agent draining after SIGTERM has
+ * stopped scanning). A paused agent still scans: pausing stops claims only.
+ */
+export const watchCandidates = (db: Db) =>
   db
     .select()
     .from(agents)

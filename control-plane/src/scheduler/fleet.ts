@@ -18,9 +18,9 @@ import {
   getAgentByName,
   markAllOffline,
   markSilentOffline,
-  onlineAgents,
   recordBirth,
   touchAgent,
+  watchCandidates,
 } from './agent-registry.ts';
 import { agentCapabilities, type ClaimingAgent, claimTasksIn } from './claim.ts';
 import { GroupCommit } from './group-commit.ts';
@@ -596,7 +596,7 @@ export class Fleet implements FleetHooks {
     // Without this, 500 agents coming online read the whole agent list ~1,000 times.
     if (!folders.length && !this.#hadFolders) return;
     this.#hadFolders = folders.length > 0;
-    const online = await onlineAgents(db);
+    const online = await watchCandidates(db);
     const known = new Set(folders.map((f) => f.id));
     for (const id of this.#pathFailures.keys()) if (!known.has(id)) this.#pathFailures.delete(id);
     const plan = planAssignments(folders, online, this.#pathFailures);

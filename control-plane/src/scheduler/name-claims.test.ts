@@ -28,19 +28,6 @@ describe('NameClaims', () => {
     expect(n.birth('other', 'x', 'host-3', 1_000)).toBeNull();
   });
 
-  it('refuses the newcomer when it is the one coming back', () => {
-    const n = new NameClaims();
-    n.birth('box', 'old', 'h1', 0);
-    n.birth('box', 'new', 'h2', 10);
-    n.birth('box', 'old', 'h1', 20);
-    expect(n.isRefused('new')).toBe(true);
-    const m = new NameClaims();
-    m.birth('box', 'old', 'h1', 0);
-    m.birth('box', 'new', 'h2', 10);
-    m.birth('box', 'old', 'h1', 20);
-    expect(m.birth('box', 'new', 'h2', 30)?.bootId).toBe('new');
-  });
-
   it('forgets a process that took the name long ago', () => {
     const n = new NameClaims();
     n.birth('box', 'a', 'h', 0);
