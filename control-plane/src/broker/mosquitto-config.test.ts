@@ -1,9 +1,21 @@
-import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
+import { execFileSync } from 'node:child_process';
+import { chmod, mkdtemp, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { connectAsync } from 'mqtt';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { renderMosquittoAcl, renderMosquittoConf, writeMosquittoConfig } from './mosquitto-config.ts';
-import { isMosquittoAvailable } from './mosquitto-process.ts';
+import { isMosquittoAvailable, MosquittoProcess } from './mosquitto-process.ts';
+import { findFreePort } from './test-brokers.ts';
+
+const asRoot = process.getuid?.() === 0;
+const uidOf = (user: string): number | null => {
+  try {
+    return Number(execFileSync('id', ['-u', user], { encoding: 'utf8' }).trim());
+  } catch {
+    return null;
+  }
+};
 
 describe('renderMosquittoAcl', () => {
   it('confines agents to their own topics and gives the internal user the whole root', () => {
@@ -94,4 +106,69 @@ describe.skipIf(!isMosquittoAvailable())('writeMosquittoConfig', () => {
     });
     expect(r).toMatchObject({ ok: false });
   });
+
+  it.skipIf(!asRoot || uidOf('mosquitto') === null)(
+    'written as root, hands the password file and the persistence to the account Mosquitto drops to',
+    async () => {
+      const persistence = join(dir, 'persist');
+      const r = await writeMosquittoConfig({
+        dir,
+        port: 18883,
+        agents: [{ username: 'agent-1', password: 't1' }],
+        internal: { username: 'ffleet-cp', password: 't2' },
+        persistenceDir: persistence,
+      });
+      expect(r.ok).toBe(true);
+      if (!r.ok) return;
+      const uid = uidOf('mosquitto');
+      expect((await stat(r.passwordFile)).uid).toBe(uid);
+      expect((await stat(r.passwordFile)).mode & 0o077).toBe(0);
+      expect((await stat(persistence)).uid).toBe(uid);
+      expect((await readFile(r.confPath, 'utf8')).split('\n')).toContain('user mosquitto');
+    },
+  );
+
+  it.skipIf(!asRoot)('refuses an account that does not exist, naming it', async () => {
+    const r = await writeMosquittoConfig({
+      dir,
+      port: 1,
+      agents: [{ username: 'agent-1', password: 'x' }],
+      internal: { username: 'ffleet-cp', password: 'y' },
+      runAsUser: 'no-such-account-ffleet',
+    });
+    expect(r).toMatchObject({ ok: false, error: expect.stringContaining('"no-such-account-ffleet"') });
+  });
+
+  it.skipIf(!asRoot)(
+    'a config written as root for another account starts Mosquitto and admits an agent',
+    async () => {
+      await chmod(dir, 0o755); // the account must reach its files
+      const port = await findFreePort();
+      const r = await writeMosquittoConfig({
+        dir,
+        port,
+        agents: [{ username: 'agent-1', password: 'agent-secret' }],
+        internal: { username: 'ffleet-cp', password: 'cp-secret' },
+        persistenceDir: join(dir, 'persist'),
+        runAsUser: 'nobody',
+      });
+      expect(r.ok).toBe(true);
+      if (!r.ok) return;
+      const broker = new MosquittoProcess({ confPath: r.confPath, port });
+      const started = await broker.start();
+      try {
+        expect(started).toMatchObject({ ok: true });
+        const client = await connectAsync(`mqtt://127.0.0.1:${port}`, {
+          clientId: 'agent-1',
+          username: 'agent-1',
+          password: 'agent-secret',
+          protocolVersion: 4,
+          reconnectPeriod: 0,
+        });
+        await client.endAsync();
+      } finally {
+        await broker.stop();
+      }
+    },
+  );
 });

@@ -1,5 +1,5 @@
-import { spawn } from 'node:child_process';
-import { mkdir, writeFile } from 'node:fs/promises';
+import { execFile, spawn } from 'node:child_process';
+import { chown, mkdir, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { AGENT_ID_RE, agentTopic, TOPIC_ROOT } from '@ffleet/shared';
 import { AGENT_PUBLISH_KINDS } from './broker-acl.ts';
@@ -24,8 +24,10 @@ export interface MosquittoConfigOptions {
   /** Keep sessions and retained births across Mosquitto restarts; omitted = in memory only. */
   persistenceDir?: string;
   /**
-   * Account Mosquitto switches to when started as root (its default is `mosquitto`, which then cannot
-   * read files private to another user). Ignored when Mosquitto is not started as root.
+   * Account Mosquitto switches to when started as root, before it reads the password file and writes
+   * its persistence. Written as root, the password file (0600) and the persistence directory are
+   * handed to that account; default `mosquitto` (Mosquitto's own default). Not root: files stay the
+   * writer's, as Mosquitto started by that user runs as it.
    */
   runAsUser?: string;
   /** Path of the mosquitto_passwd binary. */
@@ -113,11 +115,21 @@ export async function writeMosquittoConfig(opts: MosquittoConfigOptions): Promis
   const passwordFile = join(dir, 'passwd');
   const aclFile = join(dir, 'acl');
   const confPath = join(dir, 'mosquitto.conf');
+  const asRoot = process.getuid?.() === 0;
+  const runAsUser = opts.runAsUser ?? (asRoot ? 'mosquitto' : undefined);
+  const owner = asRoot && runAsUser ? await lookUpUser(runAsUser) : null;
+  if (owner && !owner.ok) return owner;
   await mkdir(dir, { recursive: true });
   if (opts.persistenceDir) await mkdir(resolve(opts.persistenceDir), { recursive: true });
   await writeFile(passwordFile, users.map((u) => `${u.username}:${u.password}\n`).join(''), { mode: 0o600 });
   const hashed = await hashPasswordFile(opts.mosquittoPasswd ?? 'mosquitto_passwd', passwordFile);
   if (!hashed.ok) return hashed;
+  if (owner) {
+    // Mosquitto drops to runAsUser before it opens these; a root-owned 0600 file stops it at start
+    // ("Unable to open pwfile").
+    await chown(passwordFile, owner.uid, owner.gid);
+    if (opts.persistenceDir) await chown(resolve(opts.persistenceDir), owner.uid, owner.gid);
+  }
   await writeFile(aclFile, renderMosquittoAcl(opts.internal.username), { mode: 0o644 });
   const conf = renderMosquittoConf({
     port: opts.port,
@@ -126,7 +138,7 @@ export async function writeMosquittoConfig(opts: MosquittoConfigOptions): Promis
     aclFile,
     maxQueuedMessages: opts.maxQueuedMessages ?? DEFAULT_MAX_QUEUED,
     persistenceDir: opts.persistenceDir && resolve(opts.persistenceDir),
-    runAsUser: opts.runAsUser,
+    runAsUser,
   });
   await writeFile(confPath, conf, { mode: 0o644 });
   return { ok: true, confPath, passwordFile, aclFile };
@@ -141,6 +153,24 @@ function checkUsers(internal: MosquittoUser, agents: MosquittoUser[]): string | 
     return `agent name ${internal.username} is reserved for the control plane`;
   }
   return null;
+}
+
+/** uid and gid of an account, through `id` (so NSS accounts count too, not only /etc/passwd). */
+async function lookUpUser(
+  user: string,
+): Promise<{ ok: true; uid: number; gid: number } | { ok: false; error: string }> {
+  const id = (flag: string) =>
+    new Promise<number | null>((done) =>
+      execFile('id', [flag, '--', user], (err, out) => done(err ? null : Number(out.trim()))),
+    );
+  const [uid, gid] = await Promise.all([id('-u'), id('-g')]);
+  if (uid === null || gid === null || !Number.isInteger(uid) || !Number.isInteger(gid)) {
+    return {
+      ok: false,
+      error: `no account ${JSON.stringify(user)} for Mosquitto to run as (Mosquitto started as root drops to it before reading the password file); create it or pass another account (--run-as)`,
+    };
+  }
+  return { ok: true, uid, gid };
 }
 
 function hashPasswordFile(bin: string, file: string): Promise<{ ok: true } | { ok: false; error: string }> {
