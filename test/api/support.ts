@@ -162,13 +162,16 @@ export function recordingFleet() {
   const calls = {
     cancelRunning: [] as string[],
     workAvailable: 0,
+    /** The non-empty `requires` lists handed to workAvailable, in order. */
+    queuedRequires: [] as string[][],
     watchfoldersChanged: 0,
     agentChanged: [] as string[],
   };
   const fleet: FleetHooks = {
     cancelRunning: (t) => calls.cancelRunning.push(t.id),
-    workAvailable: () => {
+    workAvailable: (requires) => {
       calls.workAvailable++;
+      for (const r of requires ?? []) if (r.length) calls.queuedRequires.push([...r]);
     },
     watchfoldersChanged: () => {
       calls.watchfoldersChanged++;

@@ -214,6 +214,15 @@ describe('scheduling', () => {
       outputFile: out('relabeled.mp4'),
       requires: ['relabeled'],
     });
+    // No agent offers it: the control plane says so in its log (once), and the task waits.
+    const warned = () =>
+      c.cpLines.filter((l) => l.includes('no known agent can run') && l.includes('["relabeled"]'));
+    await waitFor(async () => warned().length > 0, 5_000, 'the unmet requirement logged');
+    expect(JSON.parse(warned()[0]!)).toMatchObject({
+      level: 40,
+      requires: ['relabeled'],
+      offeredByNoAgent: ['relabeled'],
+    });
     // The agent has claimed (and so built its capability list) many times in this file by now.
     await new Promise((r) => setTimeout(r, 1_500));
     expect((await c.api.getTask(task.id)).status).toBe('QUEUED');
@@ -223,6 +232,14 @@ describe('scheduling', () => {
     try {
       const done = await c.api.waitForTask(task.id);
       expect(done).toMatchObject({ status: 'DONE_SUCCESSFUL', agent: { name: main.name } });
+      const again = await c.api.createTask({
+        command: ENCODE,
+        inputFile: input,
+        outputFile: out('relabeled-2.mp4'),
+        requires: ['relabeled'],
+      });
+      expect(await c.api.waitForTask(again.id)).toMatchObject({ status: 'DONE_SUCCESSFUL' });
+      expect(warned()).toHaveLength(1);
     } finally {
       expect((await c.api.patch(`/api/v1/agents/${main.name}`, { labels: before })).status).toBe(200);
     }

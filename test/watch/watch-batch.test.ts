@@ -9,6 +9,17 @@ import { useTestApp } from '../helpers/app.ts';
 describe('watch.file batches through the group commit', () => {
   const t = useTestApp();
 
+  it("gives a new file's task the preset's requires, for the fleet's check of who can run it", async () => {
+    const preset = { ...VALID.preset(), requires: ['hdr', 'encoder:libx265'] };
+    const presetId = (await json(await t.call('POST', '/api/v1/presets', preset), 201)).id;
+    const wf = await json(await t.call('POST', '/api/v1/watchfolders', VALID.watchfolder(presetId)), 201);
+    const req = { watchfolderId: wf.id as string, relativePath: 'hdr.mov', size: 1, mtimeMs: 1 };
+    const [r] = await new GroupCommit(t.ctx).run((tx, ev) => createWatchTasksIn(tx, ev, Date.now(), [req]));
+    expect(r).toMatchObject({ ok: true, created: true, requires: ['hdr', 'encoder:libx265'] });
+    const task = await json(await t.call('GET', `/api/v1/tasks/${(r as { taskId: string }).taskId}`));
+    expect(task.requires).toEqual(['hdr', 'encoder:libx265']);
+  });
+
   it('answers every file as one request would, with one task per file version', async () => {
     // A receiver for task.created, so each event is stored with its delivery (counted below).
     await json(

@@ -386,6 +386,35 @@ describe('task routes', () => {
     });
   });
 
+  it('hands the fleet the requires of the tasks it queues (a task, a preset, a batch, a restart)', async () => {
+    rec.calls.queuedRequires.length = 0;
+    const preset = await json(
+      await t.call('POST', '/api/v1/presets', { ...VALID.preset(), requires: ['hdr'] }),
+      201,
+    );
+    const task = await create({ ...VALID.task(), requires: ['gpu', 'encoder:hevc_nvenc'] });
+    await create({ ...VALID.task(), preset: preset.id });
+    await json(
+      await t.call('POST', '/api/v1/batches', {
+        tasks: [
+          { ...VALID.task(), requires: ['nvme'] },
+          { ...VALID.task(), preset: preset.id },
+          VALID.task(),
+        ],
+      }),
+      201,
+    );
+    await setRow(task.id, { status: 'DONE_ERROR', finishedAt: 2000 });
+    await json(await t.call('PATCH', `/api/v1/tasks/${task.id}/restart`));
+    expect(rec.calls.queuedRequires).toEqual([
+      ['gpu', 'encoder:hevc_nvenc'],
+      ['hdr'],
+      ['nvme'],
+      ['hdr'],
+      ['gpu', 'encoder:hevc_nvenc'],
+    ]);
+  });
+
   describe('GET /api/v1/tasks/{id}/logs', () => {
     it('returns the captured output as text, oldest first, prefixed by attempt and step', async () => {
       const task = await create(VALID.task());

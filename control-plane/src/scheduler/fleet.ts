@@ -33,6 +33,7 @@ import {
 } from './leases.ts';
 import { NameClaims } from './name-claims.ts';
 import { applyReportIn, type ReportOutcome } from './reports.ts';
+import { RequirementCheck, unmetRequirements } from './requirements.ts';
 import { SerialQueues } from './serial-queue.ts';
 import { planAssignments, saveAssignments, toAssignment } from './watch-assignment.ts';
 import {
@@ -126,6 +127,8 @@ export class Fleet implements FleetHooks {
   #listening = false;
   /** Which processes hold each agent name: two live processes sharing one are told apart (name-claims.ts). */
   readonly #names = new NameClaims();
+  /** `requires` lists of tasks just queued, to log those no agent offers (requirements.ts). */
+  readonly #requirements = new RequirementCheck();
 
   constructor(opts: FleetOptions) {
     this.#o = opts;
@@ -198,14 +201,35 @@ export class Fleet implements FleetHooks {
     });
   }
 
-  workAvailable(): void {
+  workAvailable(requires?: Iterable<readonly string[]>): void {
     this.#workSeq += 1;
+    if (requires) this.#requirements.add(requires);
     if (this.#hintTimer || this.#stopped) return;
     // Hints of one turn of the event loop are sent as one (a batch of 1,000 tasks is one hint).
     this.#hintTimer = setImmediate(() => {
       this.#hintTimer = null;
       void this.#o.mqtt.broadcastWork();
+      if (this.#requirements.pending) void this.#checkRequirements();
     });
+  }
+
+  /** Log the `requires` lists just queued that no agent the control plane knows offers whole. */
+  async #checkRequirements(): Promise<void> {
+    const now = this.#ctx.now();
+    const lists = this.#requirements.take(now);
+    if (!lists.length) return;
+    try {
+      const rows = await this.#ctx.database.db.select().from(agents);
+      const known = rows.map((a) => ({ ...a, labels: effectiveLabels(a) }));
+      for (const u of this.#requirements.toLog(unmetRequirements(lists, known), now)) {
+        this.#log.warn(
+          { requires: u.requires, offeredByNoAgent: u.missing, knownAgents: rows.length },
+          'tasks were queued that no known agent can run: they stay QUEUED until an agent offering all of their requires connects or gets the labels (PATCH /api/v1/agents/{id})',
+        );
+      }
+    } catch (err) {
+      this.#log.debug({ err }, 'requirement check failed');
+    }
   }
 
   watchfoldersChanged(): void {
@@ -467,7 +491,8 @@ export class Fleet implements FleetHooks {
         );
       }
     }
-    if (results.some((r) => r?.ok && r.created)) this.workAvailable();
+    const created = results.filter((r) => r?.ok && r.created);
+    if (created.length) this.workAvailable(created.map((r) => (r?.ok && r.requires) || []));
     await Promise.all(
       batch.map(({ name, req }, i) => {
         const r = results[i];

@@ -10,7 +10,9 @@ import { buildTaskRow } from '../services/task-input.ts';
 import { insertTask } from '../services/tasks.ts';
 
 export type WatchFileRequest = { watchfolderId: string; relativePath: string; size: number; mtimeMs: number };
-export type WatchFileResult = { ok: true; taskId: string; created: boolean } | { ok: false; error: string };
+export type WatchFileResult =
+  | { ok: true; taskId: string; created: boolean; requires?: readonly string[] }
+  | { ok: false; error: string };
 
 /**
  * Create the task for a finished watchfolder file, idempotently per (watchfolder, relative path,
@@ -23,7 +25,7 @@ export async function createWatchTask(ctx: ServiceContext, req: WatchFileRequest
   for (let attempt = 0; ; attempt++) {
     try {
       const [r] = await transact(ctx, (tx, ev) => createWatchTasksIn(tx, ev, ctx.now(), [req]));
-      if (r!.ok && r!.created) ctx.fleet.workAvailable();
+      if (r!.ok && r!.created) ctx.fleet.workAvailable([r!.requires ?? []]);
       return r!;
     } catch (err) {
       if (attempt === 0 && isUniqueViolation(err)) continue;
@@ -125,7 +127,7 @@ export async function createWatchTasksIn(
     }
     const taskId = (await insertTask(tx, ev, built.row)).id;
     taskOf.set(key, taskId);
-    out[i] = { ok: true, taskId, created: true };
+    out[i] = { ok: true, taskId, created: true, requires: built.row.requires ?? [] };
   }
   return out as WatchFileResult[];
 }

@@ -37,6 +37,8 @@ export async function createBatch(
   input: BatchCreate,
   idem?: IdempotencyRequest,
 ): Promise<Batch> {
+  // The tasks the transaction queued, for the fleet once it has committed.
+  let queued: TaskInsert[] = [];
   const batch = await transact(ctx, async (tx, ev) => {
     if (idem) await claimIdempotencyKey(tx, idem, ctx.now());
     const presetIds = [...new Set(input.tasks.map((t) => t.preset).filter((p): p is string => !!p))];
@@ -53,6 +55,7 @@ export async function createBatch(
     const batchId = randomUUID();
     const issues: Issue[] = [];
     const rows: TaskInsert[] = [];
+    queued = rows;
     // Every task of a batch has the same created_at, so lists and the claim order ("FIFO within a
     // priority": created_at, then id) fall back to the id. Random v4 ids handed out in ascending order
     // keep that tie-break equal to the submission order.
@@ -88,7 +91,7 @@ export async function createBatch(
       });
     return dto;
   });
-  ctx.fleet.workAvailable();
+  ctx.fleet.workAvailable(queued.map((r) => r.requires ?? []));
   return batch;
 }
 

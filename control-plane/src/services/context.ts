@@ -12,8 +12,11 @@ export type FleetHooks = {
     agentName: string | null;
     attempt: number;
   }): void;
-  /** Claimable work exists. */
-  workAvailable(): void;
+  /**
+   * Claimable work exists. `requires`: the requirement lists of the tasks just queued, so the fleet
+   * can say when no agent it knows could ever run them.
+   */
+  workAvailable(requires?: Iterable<readonly string[]>): void;
   /** Watchfolder definitions changed: recompute assignments. */
   watchfoldersChanged(): void;
   /** An agent's operator settings changed. */

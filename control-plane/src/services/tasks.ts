@@ -175,7 +175,7 @@ export async function createTask(
     const ev = new EmittedEvents(ctx.database.db);
     const task = await insertTask(ctx.database.db, ev, built.row);
     ev.publish(ctx.bus);
-    ctx.fleet.workAvailable();
+    ctx.fleet.workAvailable([task.requires]);
     return task;
   }
   const task = await transact(ctx, async (tx, ev) => {
@@ -193,7 +193,7 @@ export async function createTask(
       await storeIdempotentResponse(tx, idem, { status: 201, body: t, location: `/api/v1/tasks/${t.id}` });
     return t;
   });
-  ctx.fleet.workAvailable();
+  ctx.fleet.workAvailable([task.requires]);
   return task;
 }
 
@@ -495,7 +495,7 @@ export async function restartTask(ctx: ServiceContext, id: string): Promise<Task
       { now },
     );
   });
-  ctx.fleet.workAvailable();
+  ctx.fleet.workAvailable([task.requires]);
   return task;
 }
 
