@@ -66,7 +66,7 @@ export async function startControlPlane(
     stops.push(() => database.close());
     logger.info({ db: database.kind }, 'database ready');
 
-    const { token: agentToken, generated } = loadAgentToken(config.dataDir, config.agentToken);
+    const { token: agentToken, generated } = await loadAgentToken(config.dataDir, config.agentToken);
     if (generated) logger.info({ file: agentTokenPath(config.dataDir) }, 'generated an agent token');
 
     let mqttUrl = config.mqttUrl;

@@ -1,7 +1,8 @@
 import { close, constants, fdatasync, fsync, ftruncate, open, write } from 'node:fs';
-import { appendFile, mkdir, readdir, readFile, rename, unlink } from 'node:fs/promises';
+import { appendFile, readdir, readFile, rename, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { crc32 } from 'node:zlib';
+import { makeDirectory } from '@ffleet/shared';
 import type { Logger } from 'pino';
 
 /**
@@ -184,7 +185,7 @@ export class Outbox {
   }
 
   private async load(): Promise<void> {
-    await mkdir(this.dir, { recursive: true });
+    await makeDirectory(this.dir);
     const names = await readdir(this.dir);
     const journal = await this.loadJournal();
     const legacy = await this.loadLegacy(names, journal.seenOrders);

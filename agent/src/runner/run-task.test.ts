@@ -366,4 +366,16 @@ describe('runTask: failures', () => {
     expect(result.status).toBe('DONE_ERROR');
     expect(result.error).toContain(`failed to create output directory ${fx.clip}/sub`);
   });
+
+  it.skipIf(process.platform !== 'linux')(
+    "fails at once for an output under /proc, where Node's recursive mkdir would spin forever",
+    async () => {
+      const started = Date.now();
+      const { result } = await fx.run({ outputFile: { raw: '/proc/ffleet-no-such/out.mp4', resolved: '' } });
+      expect(result.status).toBe('DONE_ERROR');
+      expect(result.error).toContain('failed to create output directory /proc/ffleet-no-such: ENOENT');
+      expect(Date.now() - started).toBeLessThan(5_000);
+    },
+    10_000,
+  );
 });

@@ -1,8 +1,7 @@
-import { mkdir } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import type { ClaimedTask, TaskPatch } from '@ffleet/shared';
-import { createWildcardContext, resolveWildcards, type WildcardContext } from '@ffleet/shared';
+import { createWildcardContext, makeDirectory, resolveWildcards, type WildcardContext } from '@ffleet/shared';
 import type { Logger } from 'pino';
 import { withoutCredentials } from './child-env.ts';
 import { ProgressThrottle } from './progress-throttle.ts';
@@ -150,7 +149,7 @@ async function runStages(
   if (paths.outputFile !== '') {
     const dir = path.dirname(paths.outputFile);
     try {
-      await mkdir(dir, { recursive: true });
+      await makeDirectory(dir);
     } catch (err) {
       return { kind: 'failed', error: `failed to create output directory ${dir}: ${(err as Error).message}` };
     }

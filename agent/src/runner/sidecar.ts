@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
-import { mkdir, rename, rm, writeFile } from 'node:fs/promises';
+import { rename, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import type { Task } from '@ffleet/shared';
+import { makeDirectory, type Task } from '@ffleet/shared';
 
 export { type ReimportResult, type SidecarChanges, validateReimport } from './sidecar-reimport.ts';
 
@@ -40,7 +40,7 @@ export type WriteSidecarResult = { ok: true } | { ok: false; error: string };
 export async function writeSidecar(filePath: string, snapshot: Task): Promise<WriteSidecarResult> {
   const temporary = path.join(path.dirname(filePath), `.${path.basename(filePath)}.${randomUUID()}.tmp`);
   try {
-    await mkdir(path.dirname(filePath), { recursive: true });
+    await makeDirectory(path.dirname(filePath));
     await writeFile(temporary, `${JSON.stringify(snapshot, null, 2)}\n`, { mode: 0o644 });
     await rename(temporary, filePath);
     return { ok: true };

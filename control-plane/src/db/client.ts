@@ -1,11 +1,12 @@
 import { spawn } from 'node:child_process';
-import { existsSync, fsyncSync, mkdirSync } from 'node:fs';
+import { existsSync, fsyncSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { PGlite } from '@electric-sql/pglite';
+import { makeDirectory } from '@ffleet/shared';
 import type { SQL } from 'drizzle-orm';
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
 import { drizzle as drizzlePglite } from 'drizzle-orm/pglite';
@@ -249,7 +250,7 @@ export async function openDatabase(opts: OpenOptions): Promise<Database> {
       close: () => client.end({ timeout: 5 }),
     };
   }
-  if (opts.dataDir) mkdirSync(dirname(opts.dataDir), { recursive: true });
+  if (opts.dataDir) await makeDirectory(dirname(opts.dataDir));
   let fresh = !opts.loadDataDir && !(opts.dataDir && existsSync(join(opts.dataDir, 'PG_VERSION')));
   if (fresh && opts.dataDir && (await initDataDirInChild(opts.dataDir))) fresh = false;
   const onDisk = opts.dataDir !== undefined && !opts.dataDir.includes('://');

@@ -1,0 +1,44 @@
+import { mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { makeDirectory } from './make-directory.ts';
+
+describe('makeDirectory', () => {
+  let dir: string;
+  beforeEach(() => {
+    dir = mkdtempSync(join(tmpdir(), 'ffleet-mkdir-'));
+  });
+  afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('creates the missing levels, and is a no-op for an existing directory', async () => {
+    const deep = join(dir, 'a', 'b c', 'd');
+    await makeDirectory(deep);
+    expect(statSync(deep).isDirectory()).toBe(true);
+    await makeDirectory(deep);
+    await makeDirectory(join(dir, 'a', '..', 'a', 'b c'));
+  });
+
+  it('creates one tree from many concurrent calls', async () => {
+    const paths = Array.from({ length: 12 }, (_, i) => join(dir, 'x', 'y', i % 2 ? 'odd' : 'even', 'z'));
+    await Promise.all(paths.map((p) => makeDirectory(p)));
+    for (const p of paths) expect(statSync(p).isDirectory()).toBe(true);
+  });
+
+  it('fails with ENOTDIR where a file is in the way, at the end or above it', async () => {
+    writeFileSync(join(dir, 'file'), 'x');
+    await expect(makeDirectory(join(dir, 'file'))).rejects.toMatchObject({ code: 'ENOTDIR' });
+    await expect(makeDirectory(join(dir, 'file', 'sub'))).rejects.toMatchObject({ code: 'ENOTDIR' });
+  });
+
+  it.skipIf(process.platform !== 'linux')(
+    'fails under /proc instead of retrying forever as recursive mkdir does',
+    async () => {
+      await expect(makeDirectory('/proc/ffleet-no-such/sub')).rejects.toMatchObject({
+        code: 'ENOENT',
+        path: '/proc/ffleet-no-such',
+      });
+    },
+    5_000,
+  );
+});

@@ -1,0 +1,44 @@
+/**
+ * `mkdir -p` that always ends. Node's `mkdir(dir, { recursive: true })` (async and sync) retries
+ * forever where creating a directory fails with ENOENT although its parent exists — any path under
+ * /proc or /sys, e.g. an output file `/proc/x/out.mp4` from an API client — spinning a thread at
+ * 100 % and never settling, so a task would hang uncancellably and take an agent's slot for good.
+ * These create the missing directories one by one, top down, and report the first failure.
+ */
+import { mkdir, stat } from 'node:fs/promises';
+import { dirname, resolve } from 'node:path';
+
+const code = (err: unknown): string | undefined => (err as NodeJS.ErrnoException).code;
+
+function notDirectory(path: string): NodeJS.ErrnoException {
+  const err: NodeJS.ErrnoException = new Error(`ENOTDIR: not a directory, mkdir '${path}'`);
+  err.code = 'ENOTDIR';
+  err.path = path;
+  return err;
+}
+
+/** Create `dir` and its missing parents; an existing directory is fine, an existing file is ENOTDIR. */
+export async function makeDirectory(dir: string): Promise<void> {
+  const missing: string[] = [];
+  for (let d = resolve(dir); ; ) {
+    try {
+      if (!(await stat(d)).isDirectory()) throw notDirectory(d);
+      break;
+    } catch (err) {
+      if (code(err) !== 'ENOENT') throw err;
+      missing.push(d);
+      const parent = dirname(d);
+      if (parent === d) break;
+      d = parent;
+    }
+  }
+  for (const d of missing.reverse()) {
+    try {
+      await mkdir(d);
+    } catch (err) {
+      // Made meanwhile by someone else: fine if it is a directory (the next level or the end checks).
+      if (code(err) !== 'EEXIST') throw err;
+    }
+  }
+  if (missing.length && !(await stat(missing.at(-1)!)).isDirectory()) throw notDirectory(missing.at(-1)!);
+}
