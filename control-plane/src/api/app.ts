@@ -145,7 +145,7 @@ export function createApp(deps: AppDeps) {
   app.get('/api/v1/version', (c) => c.json({ version: deps.version }));
   app.get('/api/v1/openapi.json', (c) => c.body(openapi, 200, { 'Content-Type': 'application/json' }));
   app.route('/api/v1/docs', apiReference);
-  app.get('/api/v1/events', (c) => eventStream(c, deps.bus));
+  app.get('/api/v1/events', (c) => eventStream(c, deps.bus, logger));
   app.route('/api/v1/tasks', tasksApi);
   app.route('/api/v1/batches', batchesApi);
   app.route('/api/v1/presets', presetsApi);

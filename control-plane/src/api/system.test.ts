@@ -1,5 +1,9 @@
+import { once } from 'node:events';
+import { type AddressInfo, connect } from 'node:net';
+import { serve } from '@hono/node-server';
 import { describe, expect, it } from 'vitest';
 import { expectProblem, json, UUID_RE, VALID } from '../../../test/api/support.ts';
+import { waitFor } from '../../../test/fleet/support/media.ts';
 import { createTestApp, useTestApp } from '../../../test/helpers/app.ts';
 import { VERSION } from '../version.ts';
 
@@ -203,5 +207,39 @@ describe('GET /api/v1/events (server-sent events)', () => {
       400,
       'INVALID_QUERY',
     );
+  });
+
+  it('disconnects a client that stops reading once its backlog passes the limit', async () => {
+    const server = serve({ fetch: t.app.fetch, port: 0, hostname: '127.0.0.1' });
+    await once(server, 'listening');
+    const connections = () =>
+      new Promise<number>((done, fail) => server.getConnections((err, n) => (err ? fail(err) : done(n))));
+    const socket = connect((server.address() as AddressInfo).port, '127.0.0.1');
+    try {
+      socket.write('GET /api/v1/events HTTP/1.1\r\nHost: ffleet.test\r\n\r\n');
+      // Not `for await … break`: leaving that loop destroys the socket.
+      await new Promise<void>((ready) => {
+        let head = '';
+        const onData = (chunk: Buffer) => {
+          head += String(chunk);
+          if (!head.includes('event: ready')) return;
+          socket.off('data', onData);
+          socket.pause(); // from here on the client reads nothing
+          ready();
+        };
+        socket.on('data', onData);
+      });
+      expect(await connections()).toBe(1);
+      const data = { blob: 'x'.repeat(256 * 1024) };
+      // 60 MB: more than the limit plus whatever the kernel's socket buffers take on loopback.
+      for (let i = 0; i < 240 && (await connections()) > 0; i++) {
+        t.bus.publish({ id: `e${i}`, event: 'task.updated', timestamp: new Date().toISOString(), data });
+        await new Promise((r) => setImmediate(r));
+      }
+      await waitFor(async () => (await connections()) === 0, 10_000, 'the stuck client disconnected');
+    } finally {
+      socket.destroy();
+      await new Promise((r) => server.close(r));
+    }
   });
 });
