@@ -281,7 +281,8 @@ describe('watchfolders across several agents', () => {
     const wf = await createWatchfolder(dir);
     await waitFor(async () => (await getWf(wf.id)).assignedAgent?.name === a.label, 15_000, 'assigned');
     await c.startAgent({ name: 'db', slots: 0 });
-    const clip = await makeTestVideo(join(c.dir, 'media'), 'drain-clip.mp4', 8);
+    // Long enough to outlast the waits below on a loaded machine (the cancel at the end stops it).
+    const clip = await makeTestVideo(join(c.dir, 'media'), 'drain-clip.mp4', 30);
     const task = await c.api.createTask({
       command: `-re -y -i \${INPUT_FILE} -c:v mpeg4 \${OUTPUT_FILE}`,
       inputFile: clip,
@@ -315,6 +316,17 @@ describe('watchfolders across several agents', () => {
     );
     pinned.signal('SIGKILL');
     await waitFor(async () => (await getWf(wf.id)).assignedAgent === null, 20_000, 'unassigned');
-    expect((await getWf(wf.id)).error).toMatch(/offline/);
+    expect((await getWf(wf.id)).error).toBe(
+      `agent ${c.agentName('p2')} is not online (offline, draining or never connected)`,
+    );
   }, 60_000);
+
+  it('says why a folder pinned to an agent that never connected is not scanned', async () => {
+    const wf = await createWatchfolder(folder(), { agent: 'no-such-agent' });
+    await waitFor(async () => (await getWf(wf.id)).error !== '', 10_000, 'the reason shown');
+    expect(await getWf(wf.id)).toMatchObject({
+      assignedAgent: null,
+      error: 'agent no-such-agent is not online (offline, draining or never connected)',
+    });
+  });
 });

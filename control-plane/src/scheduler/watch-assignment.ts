@@ -57,7 +57,17 @@ export const toAssignment = (wf: WatchfolderRow): WatchfolderAssignment => ({
   suspended: wf.suspended,
 });
 
-/** Persist the plan; returns the folders whose assignment changed. */
+/** Why no agent scans a folder (its `error` while unassigned). */
+const unassignedError = (wf: WatchfolderRow): string =>
+  wf.agent
+    ? `agent ${wf.agent} is not online (offline, draining or never connected)`
+    : 'no agent is online to scan this folder';
+
+/**
+ * Persist the plan; returns the folders whose assignment changed. An unassigned folder always shows
+ * why, also when it never had an agent (pinned to a name no agent has, or created while its agent was
+ * away): it would otherwise sit with an empty error and never scan.
+ */
 export async function saveAssignments(
   db: Db,
   folders: readonly WatchfolderRow[],
@@ -66,15 +76,10 @@ export async function saveAssignments(
   const changed: string[] = [];
   for (const wf of folders) {
     const next = plan.get(wf.id) ?? null;
-    if (next !== wf.assignedAgentId) {
-      const error =
-        next === null
-          ? wf.agent
-            ? `agent ${wf.agent} is offline`
-            : 'no agent is online to scan this folder'
-          : '';
+    const error = next === null ? unassignedError(wf) : '';
+    if (next !== wf.assignedAgentId || (next === null && wf.error !== error)) {
       await db.update(watchfolders).set({ assignedAgentId: next, error }).where(eq(watchfolders.id, wf.id));
-      changed.push(wf.id);
+      if (next !== wf.assignedAgentId) changed.push(wf.id);
     }
   }
   return changed;
