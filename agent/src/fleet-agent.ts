@@ -246,8 +246,21 @@ export class FleetAgent {
       encoders: probed.encoders,
       hwaccels: probed.hwaccels,
     };
+    // What is advertised beyond software encoding: the hardware that passed its probe on this box.
+    const { hardware } = probed;
+    for (const d of hardware.dropped) {
+      this.#log.debug({ [d.kind]: d.name, reason: d.reason }, 'not advertised: does not work on this box');
+    }
     this.#log.info(
-      { path: resolved.path, version: probed.version, source: resolved.source },
+      {
+        path: resolved.path,
+        version: probed.version,
+        source: resolved.source,
+        hardwareEncoders: hardware.hardwareEncoders,
+        hwaccels: probed.hwaccels,
+        hardwareDropped: hardware.dropped.length,
+        hardwareProbeMs: hardware.ms,
+      },
       'transcoder ready',
     );
   }

@@ -1,4 +1,5 @@
-import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -150,6 +151,108 @@ describe('probeTranscoder', () => {
     const other = await probeTranscoder(path.join(FIXTURES, 'ok.sh'));
     expect(other.ok === false && other.error).toContain('printed no version line');
   });
+});
+
+/** A box with a GPU (or one passed into this container) may keep some hardware: the test is for one without. */
+const GPU_LESS = !['/dev/dri', '/dev/nvidiactl', '/dev/dxg'].some((p) => existsSync(p));
+
+describe('probeTranscoder: hardware', () => {
+  it.skipIf(!GPU_LESS)(
+    "drops the system ffmpeg's compiled-in hardware encoders and hwaccels on a GPU-less box",
+    async () => {
+      const result = await probeTranscoder('/usr/bin/ffmpeg');
+      expect(result.ok).toBe(true);
+      if (!result.ok) return;
+      expect(result.encoders).toEqual(expect.arrayContaining(['libx264', 'libx265', 'aac', 'mpeg4']));
+      for (const hw of [
+        'h264_nvenc',
+        'hevc_nvenc',
+        'h264_qsv',
+        'hevc_vaapi',
+        'h264_vaapi',
+        'h264_v4l2m2m',
+        'h264_omx',
+      ]) {
+        expect(result.encoders).not.toContain(hw);
+      }
+      expect(result.hwaccels).toEqual([]);
+      expect(result.hardware.hardwareEncoders).toEqual([]);
+      const dropped = new Map(result.hardware.dropped.map((d) => [d.name, d.reason]));
+      expect(dropped.get('hevc_nvenc')).toBe('its device (hwaccel cuda) does not initialise');
+      expect(dropped.get('h264_omx')).toMatch(/Error while opening encoder/);
+      expect([...dropped.keys()]).toEqual(
+        expect.arrayContaining(['cuda', 'vaapi', 'qsv', 'vdpau', 'drm', 'opencl', 'vulkan']),
+      );
+      // Every software encoder is still there: only hardware ones went.
+      const listed = parseEncoders(
+        execFileSync('/usr/bin/ffmpeg', ['-hide_banner', '-encoders'], { encoding: 'utf8' }),
+      );
+      const droppedEncoders = result.hardware.dropped.filter((d) => d.kind === 'encoder').map((d) => d.name);
+      expect(droppedEncoders.length).toBeGreaterThanOrEqual(20);
+      expect([...result.encoders, ...droppedEncoders].sort()).toEqual([...listed].sort());
+    },
+    30_000,
+  );
+
+  it('keeps the hardware whose probe works, drops the one that fails, times out or is software', async () => {
+    const log = path.join(dir, 'probes.log');
+    const fake = path.join(dir, 'fake-ffmpeg');
+    // Answers the listing like ffmpeg; each probe is logged, then works, fails or hangs by its arguments.
+    writeFileSync(
+      fake,
+      `#!/bin/sh
+case "$*" in
+  -version) echo 'ffmpeg version 9.9-fake Copyright (c) the tests'; exit 0 ;;
+  *-encoders*) printf '%s\n' 'Encoders:' ' V..... = Video' ' ------' \
+    ' V....D libx264  H.264' ' V....D h264_nvenc  NVENC H.264' ' V....D hevc_nvenc  NVENC HEVC' \
+    ' V....D h264_amf  AMF H.264' ' V....D h264_vaapi  VAAPI H.264' ' V....D h264_vulkan  Vulkan H.264' \
+    ' A....D aac_mf  MediaFoundation AAC'; exit 0 ;;
+  *-hwaccels*) printf '%s\n' 'Hardware acceleration methods:' cuda opencl vulkan ''; exit 0 ;;
+esac
+echo "$*" >> '${log}'
+case "$*" in
+  *'-init_hw_device cuda '*) exit 0 ;;
+  *'-init_hw_device opencl'*) echo 'Device creation failed: -19.' >&2; exit 1 ;;
+  *'-init_hw_device vulkan '*) echo 'Device 0 selected: llvmpipe (LLVM 15.0.6, 256 bits) (software) (0x0)' >&2; exit 0 ;;
+  *'-c:v h264_nvenc '*) exit 0 ;;
+  *'-c:v hevc_nvenc '*) printf 'x\nOpenEncodeSessionEx failed: unsupported device (2): (no details)\n' >&2; exit 1 ;;
+  *'-c:v h264_amf '*) exec sleep 30 ;;
+  *'-vf format=nv12,hwupload -c:v h264_vaapi '*) exit 0 ;;
+esac
+echo "unexpected probe: $*" >&2
+exit 1
+`,
+    );
+    chmodSync(fake, 0o755);
+
+    const started = Date.now();
+    const result = await probeTranscoder(fake, { timeoutMs: 500 });
+    expect(Date.now() - started).toBeLessThan(5_000);
+    expect(result).toMatchObject({
+      ok: true,
+      version: '9.9-fake',
+      encoders: ['libx264', 'h264_nvenc', 'h264_vaapi', 'aac_mf'],
+      hwaccels: ['cuda'],
+    });
+    if (!result.ok) return;
+    expect(result.hardware.hardwareEncoders).toEqual(['h264_nvenc', 'h264_vaapi']);
+    expect(new Map(result.hardware.dropped.map((d) => [`${d.kind}:${d.name}`, d.reason]))).toEqual(
+      new Map([
+        ['hwaccel:opencl', 'exit code 1: Device creation failed: -19.'],
+        ['hwaccel:vulkan', 'only a software device: llvmpipe (LLVM 15.0.6, 256 bits)'],
+        [
+          'encoder:hevc_nvenc',
+          'exit code 1: OpenEncodeSessionEx failed: unsupported device (2): (no details)',
+        ],
+        ['encoder:h264_amf', 'no answer within 500 ms'],
+        ['encoder:h264_vulkan', 'its device (hwaccel vulkan) does not initialise'],
+      ]),
+    );
+    // Software encoders are not probed, nor encoders whose device did not initialise.
+    const probes = readFileSync(log, 'utf8');
+    expect(probes).not.toMatch(/libx264|aac_mf|h264_vulkan/);
+    expect(probes.trim().split('\n')).toHaveLength(7);
+  }, 15_000);
 });
 
 describe('parsers', () => {

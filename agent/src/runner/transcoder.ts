@@ -1,6 +1,12 @@
 import { constants } from 'node:fs';
 import { access, stat } from 'node:fs/promises';
 import path from 'node:path';
+import {
+  type EncoderRow,
+  type HardwareProbeOptions,
+  type HardwareProbeResult,
+  probeHardware,
+} from './hw-probe.ts';
 import { type RunProcessResult, runProcess } from './run-process.ts';
 
 /** Where the transcoder came from, in the order they are tried. */
@@ -89,7 +95,16 @@ async function isExecutableFile(file: string): Promise<boolean> {
 }
 
 export type ProbeTranscoderResult =
-  | { ok: true; version: string; encoders: string[]; hwaccels: string[] }
+  | {
+      ok: true;
+      version: string;
+      /** Software encoders, and the hardware ones that work on this box. */
+      encoders: string[];
+      /** The hwaccels that initialise on this box. */
+      hwaccels: string[];
+      /** What the hardware probe kept, dropped and why, and how long it took (for the log). */
+      hardware: HardwareProbeResult;
+    }
   | { ok: false; error: string };
 
 /** How long each probe command may take; a healthy ffmpeg answers in milliseconds. */
@@ -98,9 +113,15 @@ export const PROBE_TIMEOUT_MS = 10_000;
 /**
  * Ask the transcoder for its version (`-version`), encoders (`-hide_banner -encoders`) and
  * hardware acceleration methods (`-hide_banner -hwaccels`), for the agent's birth message and
- * capability routing (`encoder:hevc_nvenc`).
+ * capability routing (`encoder:hevc_nvenc`). Those lists say what ffmpeg was built with; the
+ * hardware encoders and hwaccels among them are then tried (hw-probe.ts) and only the ones that work
+ * on this box are returned, or a task requiring `encoder:h264_nvenc` would be claimed by any agent
+ * running the same ffmpeg build, GPU or not.
  */
-export async function probeTranscoder(transcoderPath: string): Promise<ProbeTranscoderResult> {
+export async function probeTranscoder(
+  transcoderPath: string,
+  hardwareOptions: HardwareProbeOptions = {},
+): Promise<ProbeTranscoderResult> {
   // Output is collected line by line: the encoder list is longer than a result's tail.
   const run = async (args: string[]) => {
     const lines: string[] = [];
@@ -130,11 +151,17 @@ export async function probeTranscoder(transcoderPath: string): Promise<ProbeTran
   if (parsedVersion === null) {
     return { ok: false, error: `${transcoderPath} -version printed no version line; is it ffmpeg?` };
   }
+  const hardware = await probeHardware(
+    transcoderPath,
+    { encoders: parseEncoderRows(encoders.stdout), hwaccels: parseHwaccels(hwaccels.stdout) },
+    hardwareOptions,
+  );
   return {
     ok: true,
     version: parsedVersion,
-    encoders: parseEncoders(encoders.stdout),
-    hwaccels: parseHwaccels(hwaccels.stdout),
+    encoders: hardware.encoders,
+    hwaccels: hardware.hwaccels,
+    hardware,
   };
 }
 
@@ -152,15 +179,20 @@ export function parseVersion(output: string): string | null {
 
 /** Encoder names from `-encoders`: the second column of every row after the `------` line. */
 export function parseEncoders(output: string): string[] {
+  return parseEncoderRows(output).map((r) => r.name);
+}
+
+/** The rows of `-encoders`: name, and type (the first letter of the flags column). */
+export function parseEncoderRows(output: string): EncoderRow[] {
   const lines = output.split('\n');
   const start = lines.findIndex((l) => l.trim() === '------');
   if (start === -1) return [];
-  const names: string[] = [];
+  const rows: EncoderRow[] = [];
   for (const line of lines.slice(start + 1)) {
-    const match = /^\s*[VAS][A-Z.]{5}\s+(\S+)/.exec(line);
-    if (match?.[1]) names.push(match[1]);
+    const match = /^\s*([VAS])[A-Z.]{5}\s+(\S+)/.exec(line);
+    if (match?.[1] && match[2]) rows.push({ type: match[1], name: match[2] });
   }
-  return names;
+  return rows;
 }
 
 /** Method names from `-hwaccels`: one per line after the heading. */
