@@ -1,6 +1,7 @@
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { createTestApp } from '../../../test/helpers/app.ts';
 
 const METRICS = fileURLToPath(new URL('./metrics.ts', import.meta.url));
 const DB = fileURLToPath(new URL('../db/client.ts', import.meta.url));
@@ -51,4 +52,32 @@ describe('metrics', () => {
     expect(turns).toBeLessThan(40);
     // The child starts an embedded database (migrations included): give it room on a loaded machine.
   }, 60_000);
+
+  it('reports how late the event loop is, not the 100 ms sampling period itself', async () => {
+    const t = await createTestApp();
+    try {
+      const scrape = async () => {
+        const text = await (await t.call('GET', '/metrics')).text();
+        const value = (stat: string) =>
+          Number(new RegExp(`^ffleet_nodejs_eventloop_lag_${stat}_seconds (\\S+)$`, 'm').exec(text)?.[1]);
+        return { min: value('min'), p50: value('p50'), p99: value('p99'), max: value('max') };
+      };
+      await scrape(); // starts a fresh window
+      await new Promise((r) => setTimeout(r, 1_500)); // an idle loop
+      const lag = await scrape();
+      // Node's own histogram puts every sample at ≥ 0.1 s here (the period); a lag alert at 50 ms fired.
+      expect(lag.min).toBeGreaterThanOrEqual(0);
+      expect(lag.min).toBeLessThan(0.02);
+      expect(lag.p50).toBeLessThan(0.05);
+      // A loop blocked for 300 ms shows as ~0.3 s late in the next window. (Not at once after a
+      // scrape: the histogram's first interval after a reset is not recorded.)
+      await new Promise((r) => setTimeout(r, 250));
+      const until = Date.now() + 300;
+      while (Date.now() < until);
+      await new Promise((r) => setTimeout(r, 300));
+      expect((await scrape()).max).toBeGreaterThan(0.2);
+    } finally {
+      await t.close();
+    }
+  });
 });
