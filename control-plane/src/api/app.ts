@@ -65,6 +65,19 @@ function problem(c: Context, err: HttpError) {
 }
 
 /** Build the HTTP app. Never binds a port. */
+/**
+ * Served without a token: the health check, and the API reference (its page, its locally served
+ * assets, the OpenAPI document), which hold no data and no secret. A browser cannot attach a bearer
+ * token when it opens a page, so with API tokens set the reference was unreachable for the people it
+ * is for; its "try it" requests still need one.
+ */
+export const isPublicPath = (path: string): boolean =>
+  path === '/health' ||
+  path === '/' ||
+  path === '/api/v1/openapi.json' ||
+  path === '/api/v1/docs' ||
+  path.startsWith('/api/v1/docs/');
+
 export function createApp(deps: AppDeps) {
   const app = new Hono<ApiEnv>();
   const tokens = deps.apiTokens.map((t) => Buffer.from(t));
@@ -91,7 +104,7 @@ export function createApp(deps: AppDeps) {
   });
 
   app.use('*', async (c, next) => {
-    if (c.req.path === '/health') return next();
+    if (isPublicPath(c.req.path)) return next();
     if (tokens.length === 0) {
       if (!isLoopback(remote(c))) {
         throw new UnauthorizedError('no API tokens are configured, so only loopback clients are served');

@@ -202,8 +202,23 @@ describe('authentication', () => {
       await api.call('POST', '/api/v1/tasks', VALID.task(), { Authorization: 'Bearer tok-two' }),
       201,
     );
-    // Health stays open for probes.
+    // Health stays open for probes, and the API reference for browsers (which cannot send a token).
     expect((await api.call('GET', '/health')).status).toBe(200);
+    expect((await api.call('GET', '/api/v1/openapi.json')).status).toBe(200);
+    const docs = await api.call('GET', '/api/v1/docs');
+    expect(docs.status).toBe(200);
+    const asset = /(?:src|href)="(\/api\/v1\/docs\/[^"]+)"/.exec(await docs.text())?.[1];
+    expect(asset).toBeDefined();
+    expect((await api.call('GET', asset!)).status).toBe(200);
+    expect((await api.call('GET', '/')).status).toBe(302);
+    for (const path of [
+      '/api/v1/version',
+      '/api/v1/docs/../tasks',
+      '/api/v1/docs/%2e%2e/tasks',
+      '/api/v1/docsx',
+    ]) {
+      await expectProblem(await api.call('GET', path), 401, 'UNAUTHORIZED');
+    }
   });
 
   it('without API tokens: loopback clients only, others get 401', async () => {
