@@ -153,6 +153,13 @@ describe('task routes', () => {
           { event: 'task.deleted', url: 'http://hooks.local/task' },
         ],
       });
+
+      // An empty string is "not given": the preset fills it (as FFmate's presets do).
+      const blank = await create({ preset: preset.id, command: '', outputFile: ' ', inputFile: '/in/b.mov' });
+      expect(blank).toMatchObject({
+        command: { raw: '-i ${INPUT_FILE} preset ${OUTPUT_FILE}' },
+        outputFile: { raw: '/out/${INPUT_FILE_BASENAME}.mp4' },
+      });
     });
 
     it('rejects an unknown preset with 422 naming the field', async () => {

@@ -32,6 +32,14 @@ export type BuildOptions = {
 };
 
 /**
+ * A string field as given on a task, for the preset merge: an empty (or blank) one counts as not
+ * given, as forms and clients that send every field send `""` for "unset" (FFmate's presets fill empty
+ * fields the same way); `outputFile: ""` used to wipe the preset's output path and fail the task.
+ */
+const given = (value: string | undefined): string | undefined =>
+  value === undefined || value.trim() === '' ? undefined : value;
+
+/**
  * Merge a validated create body with its preset (a field given on the task wins; processing steps are
  * taken whole) and produce the row to insert, or the validation issues (paths relative to the body).
  */
@@ -41,7 +49,7 @@ export function buildTaskRow(
   opts: BuildOptions,
 ): { ok: true; row: TaskInsert } | { ok: false; issues: Issue[] } {
   const issues: Issue[] = [];
-  const command = input.command ?? preset?.command;
+  const command = given(input.command) ?? preset?.command ?? input.command;
   if (command === undefined || command.trim() === '') {
     issues.push({ path: 'command', message: 'command is required unless a preset with a command is given' });
   } else {
@@ -62,7 +70,7 @@ export function buildTaskRow(
       name,
       commandRaw: command!,
       inputRaw: inputFile,
-      outputRaw: input.outputFile ?? preset?.outputFile ?? '',
+      outputRaw: given(input.outputFile) ?? preset?.outputFile ?? input.outputFile ?? '',
       metadata: input.metadata ?? {},
       status: 'QUEUED',
       priority: input.priority ?? preset?.priority ?? 0,
