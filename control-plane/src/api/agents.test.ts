@@ -104,6 +104,12 @@ describe('agent routes', () => {
     expect(await json(await t.call('GET', `/api/v1/agents/${a.id}`))).toEqual(resumed);
     // An empty patch changes nothing.
     expect(await json(await t.call('PATCH', `/api/v1/agents/${a.id}`, {}))).toEqual(resumed);
+    // null clears an override: the agent's own labels and slots apply again.
+    const cleared = await json(
+      await t.call('PATCH', `/api/v1/agents/${a.id}`, { labels: null, slots: null }),
+    );
+    expect(cleared).toMatchObject({ labels: ['cpu'], slots: 2 });
+    expect(rec.calls.workAvailable).toBeGreaterThan(work + 1);
   });
 
   it('rejects invalid patches with 422 and unknown agents with 404', async () => {

@@ -53,7 +53,10 @@ export async function getAgent(ctx: ServiceContext, id: string): Promise<Agent> 
   return (await withRunning(ctx.database.db, [r]))[0]!;
 }
 
-/** Operator settings: `paused` drains (no new claims), `labels` and `slots` override the agent's own. */
+/**
+ * Operator settings: `paused` drains (no new claims), `labels` and `slots` override the agent's own
+ * (null clears the override: the agent's reported values apply again).
+ */
 export async function patchAgent(ctx: ServiceContext, id: string, patch: AgentPatch): Promise<Agent> {
   const db = ctx.database.db;
   const r = await findAgentRow(db, id);

@@ -34,10 +34,13 @@ export const Agent = z.object({
 });
 export type Agent = z.infer<typeof Agent>;
 
-/** Body of `PATCH /api/v1/agents/{id}`. */
+/**
+ * Body of `PATCH /api/v1/agents/{id}`. `labels` and `slots` override what the agent reports
+ * (FFLEET_AGENT_LABELS, FFLEET_AGENT_SLOTS) until cleared with `null`.
+ */
 export const AgentPatch = z.strictObject({
   paused: z.boolean().optional(),
-  labels: z.array(Label).max(100).optional(),
-  slots: z.number().int().min(0).max(MAX_SLOTS).optional(),
+  labels: z.array(Label).max(100).nullable().optional(),
+  slots: z.number().int().min(0).max(MAX_SLOTS).nullable().optional(),
 });
 export type AgentPatch = z.infer<typeof AgentPatch>;
