@@ -1,5 +1,5 @@
 // biome-ignore-all lint/suspicious/noTemplateCurlyInString: ${NAME} wildcards are literal text here, not template placeholders.
-import { existsSync, readFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { tokenize } from '@ffleet/shared';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FFMPEG, RunFixture } from './fixtures/run-fixture.ts';
@@ -31,6 +31,25 @@ function recordingScript(name: string): string {
 }
 
 describe('runTask: success', () => {
+  it("takes a watchfolder task's input path literally, wildcard-like text and spaces included", async () => {
+    const dropped = fx.file('drop', ' clip ${DATE_YEAR} $(id).mp4');
+    mkdirSync(fx.file('drop'), { recursive: true });
+    copyFileSync(fx.clip, dropped);
+    const { result, reporter } = await fx.run({
+      source: 'watchfolder',
+      inputFile: { raw: dropped, resolved: '' },
+      command: { raw: '-i ${INPUT_FILE} -c:v mpeg4 -y ${OUTPUT_FILE}', resolved: '' },
+      outputFile: { raw: '${INPUT_FILE_DIR}/out/${INPUT_FILE_BASENAME}.mp4', resolved: '' },
+    });
+    expect(result).toEqual({ status: 'DONE_SUCCESSFUL', error: '' });
+    const output = fx.file('drop', 'out', ' clip ${DATE_YEAR} $(id).mp4');
+    expect(existsSync(output)).toBe(true);
+    expect(reporter.first('status', (p) => p.status === 'RUNNING')).toMatchObject({
+      inputFile: { resolved: dropped },
+      outputFile: { resolved: output },
+    });
+  });
+
   it('transcodes with every wildcard resolved and ends DONE_SUCCESSFUL at 100 %', async () => {
     const { result, reporter } = await fx.run({
       command: {

@@ -196,7 +196,12 @@ async function runStages(
 
 /** Input first, then output (which may use input-derived wildcards). */
 function resolvePaths(ctx: WildcardContext, state: TaskState): { inputFile: string; outputFile: string } {
-  const inputFile = resolveWildcards(state.task.inputFile.raw.trim(), ctx);
+  // A watchfolder task's input is the path of a file someone dropped, literal whatever its name holds:
+  // `clip ${DATE_YEAR}.mov` was read as a wildcard (the task failed on a file that does not exist).
+  const inputFile =
+    state.task.source === 'watchfolder'
+      ? state.task.inputFile.raw
+      : resolveWildcards(state.task.inputFile.raw.trim(), ctx);
   const outputFile = resolveWildcards(state.task.outputFile.raw.trim(), ctx, { inputFile });
   return { inputFile, outputFile };
 }
