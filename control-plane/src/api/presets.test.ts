@@ -139,8 +139,27 @@ describe('preset routes', () => {
       409,
       'PRESET_IN_USE',
     );
-    expect(conflict.detail).toContain('uses-it');
+    expect(conflict.detail).toBe(`preset ${p.id} is used by 1 watchfolder(s): "uses-it"`);
     expect((await t.call('GET', `/api/v1/presets/${p.id}`)).status).toBe(200);
+    // Many users: five named, and how many more.
+    const more = [];
+    for (let i = 0; i < 7; i++) {
+      more.push(
+        await json(
+          await t.call('POST', '/api/v1/watchfolders', {
+            ...VALID.watchfolder(p.id),
+            name: `uses-it-${i}`,
+            path: `/srv/w${i}`,
+          }),
+          201,
+        ),
+      );
+    }
+    const many = await expectProblem(await t.call('DELETE', `/api/v1/presets/${p.id}`), 409, 'PRESET_IN_USE');
+    expect(many.detail).toBe(
+      `preset ${p.id} is used by 8 watchfolder(s): "uses-it", "uses-it-0", "uses-it-1", "uses-it-2", "uses-it-3" and 3 more`,
+    );
+    for (const w of more) expect((await t.call('DELETE', `/api/v1/watchfolders/${w.id}`)).status).toBe(204);
     expect((await t.call('DELETE', `/api/v1/watchfolders/${wf.id}`)).status).toBe(204);
     const res = await t.call('DELETE', `/api/v1/presets/${p.id}`);
     expect(res.status).toBe(204);

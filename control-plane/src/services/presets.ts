@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { checkCommand, type PageQuery, type Preset, type PresetCreate } from '@ffleet/shared';
-import { count, desc, eq } from 'drizzle-orm';
+import { count, desc, eq, sql } from 'drizzle-orm';
 import { ConflictError, NotFoundError, ValidationError } from '../api/errors.ts';
 import { toPreset } from '../db/mappers.ts';
 import { presets, watchfolders } from '../db/schema.ts';
@@ -92,14 +92,17 @@ export async function deletePreset(ctx: ServiceContext, id: string): Promise<voi
     const [row] = await tx.select().from(presets).where(eq(presets.id, id)).for('update');
     if (!row) throw new NotFoundError('preset', id);
     const users = await tx
-      .select({ name: watchfolders.name })
+      .select({ name: watchfolders.name, total: sql<number>`count(*) over ()`.mapWith(Number) })
       .from(watchfolders)
       .where(eq(watchfolders.presetId, id))
+      .orderBy(watchfolders.name)
       .limit(5);
     if (users.length) {
+      const names = users.map((u) => JSON.stringify(u.name)).join(', ');
+      const more = users[0]!.total - users.length;
       throw new ConflictError(
         'PRESET_IN_USE',
-        `preset ${id} is used by watchfolder(s) ${users.map((u) => JSON.stringify(u.name)).join(', ')}`,
+        `preset ${id} is used by ${users[0]!.total} watchfolder(s): ${names}${more > 0 ? ` and ${more} more` : ''}`,
       );
     }
     await tx.delete(presets).where(eq(presets.id, id));
