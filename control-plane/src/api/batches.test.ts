@@ -8,13 +8,15 @@ import {
   expectProblem,
   json,
   readList,
+  recordingFleet,
   UNKNOWN_ID,
 } from '../../../test/api/support.ts';
 import { useTestApp } from '../../../test/helpers/app.ts';
 import { tasks } from '../db/schema.ts';
 
 describe('batch routes', () => {
-  const t = useTestApp({ receiveAllEvents: true });
+  const rec = recordingFleet();
+  const t = useTestApp({ fleet: rec.fleet, receiveAllEvents: true });
 
   const item = (name: string, extra: object = {}) => ({
     command: '-i ${INPUT_FILE} ${OUTPUT_FILE}',
@@ -155,6 +157,23 @@ describe('batch routes', () => {
       404,
       'BATCH_NOT_FOUND',
     );
+  });
+
+  it('cancels the queued tasks of a large batch together and asks the agents to stop the running ones', async () => {
+    const b = await createBatch({ tasks: Array.from({ length: 300 }, (_, i) => item(`big-${i}`)) });
+    const running = b.tasks[7];
+    await t.db.db
+      .update(tasks)
+      .set({ status: 'RUNNING', agentId: UNKNOWN_ID, agentName: 'a1', attempt: 1, leaseToken: 'lease' })
+      .where(eq(tasks.id, running));
+    rec.calls.cancelRunning.length = 0;
+    const canceled = await json(await t.call('PATCH', `/api/v1/batches/${b.id}/cancel`));
+    // The running task ends when its agent reports the kill; the batch finishes with it.
+    expect(canceled).toMatchObject({ status: 'RUNNING', counts: { DONE_CANCELED: 299, RUNNING: 1 } });
+    expect(rec.calls.cancelRunning).toEqual([running]);
+    const updated = (await eventRows(t.db, 'task.updated')).filter((e) => e.payload.data.batch === b.id);
+    expect(updated).toHaveLength(299);
+    expect((await eventRows(t.db, 'batch.finished')).some((e) => e.payload.data.id === b.id)).toBe(false);
   });
 
   it('finishes a batch (batch.finished exactly once) when its last task is canceled, and reopens it on restart', async () => {

@@ -4,13 +4,13 @@ import { count, desc, eq } from 'drizzle-orm';
 import { ConflictError, NotFoundError, ValidationError } from '../api/errors.ts';
 import { anyOf } from '../db/array-literal.ts';
 import type { Db } from '../db/client.ts';
-import { type PresetRow, toBatch, toTask } from '../db/mappers.ts';
+import { type PresetRow, type TaskRow, toBatch, toTask } from '../db/mappers.ts';
 import { batches, presets, tasks } from '../db/schema.ts';
 import { type ServiceContext, transact } from './context.ts';
 import { claimIdempotencyKey, type IdempotencyRequest, storeIdempotentResponse } from './idempotency.ts';
 import { paginate } from './paginate.ts';
 import { buildTaskRow, type Issue, type TaskInsert } from './task-input.ts';
-import { cancelTask, insertTasks, isUuid, openBatchTasks } from './tasks.ts';
+import { applyTaskChange, finishBatchIfDone, insertTasks, isUuid, openBatchTasks } from './tasks.ts';
 
 /** The batch object with its status counts and task ids. */
 export async function getBatchDto(db: Db, id: string): Promise<Batch | null> {
@@ -129,14 +129,38 @@ export async function listBatchTasks(ctx: ServiceContext, id: string, page: Page
 export async function cancelBatch(ctx: ServiceContext, id: string): Promise<Batch> {
   const b = await getBatch(ctx, id);
   if (b.status === 'DONE') throw new ConflictError('BATCH_FINISHED', `batch ${id} is already finished`);
-  const open = await ctx.database.db.select({ id: tasks.id }).from(tasks).where(openBatchTasks(id));
-  for (const t of open) {
-    try {
-      await cancelTask(ctx, t.id);
-    } catch (err) {
-      // A task that finished or vanished meanwhile is not an error of the batch cancel.
-      if (!(err instanceof ConflictError || err instanceof NotFoundError)) throw err;
+  // One transaction for the whole batch: queued tasks end DONE_CANCELED together (a transaction per
+  // task took 4.9 s for 1,000 and held up other requests meanwhile; a failure half-way left half the
+  // batch canceled); running ones are marked and stopped on their agents once it has committed.
+  const toStop: TaskRow[] = [];
+  await transact(ctx, async (tx, ev) => {
+    const now = ctx.now();
+    let finished = false;
+    const open = await tx.select().from(tasks).where(openBatchTasks(id)).orderBy(tasks.id).for('update');
+    for (const r of open) {
+      if (r.status === 'QUEUED' || !r.agentId) {
+        const patch = { status: 'DONE_CANCELED', finishedAt: now, remaining: 0, leaseToken: null } as const;
+        await applyTaskChange(
+          tx,
+          ev,
+          eq(tasks.id, r.id),
+          { ...patch, cancelRequested: false },
+          {
+            now,
+            finishBatch: () => {
+              finished = true;
+            },
+          },
+        );
+      } else {
+        if (!r.cancelRequested) {
+          await tx.update(tasks).set({ cancelRequested: true, updatedAt: now }).where(eq(tasks.id, r.id));
+        }
+        toStop.push(r);
+      }
     }
-  }
+    if (finished) await finishBatchIfDone(tx, ev, id, now);
+  });
+  for (const r of toStop) ctx.fleet.cancelRunning(r);
   return getBatch(ctx, id);
 }
