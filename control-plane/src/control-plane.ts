@@ -5,8 +5,8 @@ import { count, eq } from 'drizzle-orm';
 import type { Logger } from 'pino';
 import { agentTokenPath, loadAgentToken } from './agent-token.ts';
 import { createApp } from './api/app.ts';
-import { NotFoundError } from './api/errors.ts';
 import { createMetrics } from './api/metrics.ts';
+import { redeliverThrough } from './api/webhooks.ts';
 import { ControlPlaneClient } from './broker/control-plane-client.ts';
 import { EmbeddedBroker, type LocalBrokerLink } from './broker/embedded-broker.ts';
 import type { ControlPlaneConfig } from './config/config.ts';
@@ -152,11 +152,7 @@ export async function startControlPlane(
       version: VERSION,
       apiTokens: config.apiTokens,
       bodyLimit: config.bodyLimit,
-      redeliver: async (id) => {
-        const r = await dispatcher.redeliver(id);
-        if (!r.ok) throw new NotFoundError('execution', id);
-        return r.delivery;
-      },
+      redeliver: redeliverThrough(dispatcher),
       health: async () => {
         const [r] = await database.db.select({ n: count() }).from(agents).where(eq(agents.online, true));
         return { broker: mqtt.connected ? 'ok' : 'disconnected', agents: { online: Number(r?.n ?? 0) } };

@@ -2,8 +2,8 @@ import { EventName } from '@ffleet/shared';
 import pino from 'pino';
 import { afterAll, beforeAll } from 'vitest';
 import { createApp } from '../../control-plane/src/api/app.ts';
-import { NotFoundError } from '../../control-plane/src/api/errors.ts';
 import { createMetrics } from '../../control-plane/src/api/metrics.ts';
+import { redeliverThrough } from '../../control-plane/src/api/webhooks.ts';
 import type { Database } from '../../control-plane/src/db/client.ts';
 import { EventBus } from '../../control-plane/src/events/event-bus.ts';
 import { type FleetHooks, noFleet, type ServiceContext } from '../../control-plane/src/services/context.ts';
@@ -135,9 +135,5 @@ export function testRedeliver(database: Database) {
     timeoutMs: 1000,
     userAgent: `ffleet/${VERSION}`,
   });
-  return async (id: string) => {
-    const r = await dispatcher.redeliver(id);
-    if (!r.ok) throw new NotFoundError('execution', id);
-    return r.delivery;
-  };
+  return redeliverThrough(dispatcher);
 }

@@ -253,7 +253,8 @@ const OPS: Op[] = [
   {
     method: 'post',
     path: '/api/v1/webhooks/executions/{id}/redeliver',
-    summary: 'Deliver the event of an attempt again',
+    summary:
+      "Deliver the event of an attempt again (to a global webhook's current URL; 409 once it is deleted)",
     tag: 'webhooks',
     status: 202,
   },
@@ -386,7 +387,7 @@ export function buildOpenApi(version: string) {
     }
     if (
       idempotent ||
-      /cancel|restart|presets\/\{id\}|watchfolders/.test(op.path) ||
+      /cancel|restart|redeliver|presets\/\{id\}|watchfolders/.test(op.path) ||
       (op.method === 'delete' && op.path === '/api/v1/agents/{id}')
     ) {
       responses['409'] = problem(idempotent ? 'Idempotency-Key reused with another body' : 'state conflict');

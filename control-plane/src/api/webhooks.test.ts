@@ -12,7 +12,8 @@ import {
   VALID,
 } from '../../../test/api/support.ts';
 import { useTestApp } from '../../../test/helpers/app.ts';
-import { webhookExecutions } from '../db/schema.ts';
+import { deliveries, webhookExecutions } from '../db/schema.ts';
+import { queueRedelivery } from '../webhooks/redeliver.ts';
 
 describe('webhook routes', () => {
   const t = useTestApp({ receiveAllEvents: true });
@@ -57,6 +58,55 @@ describe('webhook routes', () => {
       expect(errorPaths(p), JSON.stringify(body)).toEqual([path]);
     }
     expect(await countRows(t.db)).toEqual(before);
+  });
+
+  it('rejects a URL with a user name or password, port 0 or surrounding whitespace with 422 on url', async () => {
+    const before = await countRows(t.db);
+    const w = await create(VALID.webhook());
+    const cases: [string, RegExp][] = [
+      ['http://user:s3cret-pw@h.test/hook', /user name or password/],
+      ['https://user@h.test/hook', /user name or password/],
+      ['http://:s3cret-pw@h.test/hook', /user name or password/],
+      ['http://h.test:0/hook', /port 0/],
+      ['http://127.0.0.1:00/hook', /port 0/],
+      [' http://h.test/hook', /whitespace/],
+      ['http://h.test/hook ', /whitespace/],
+      ['http://h.test/hook\n', /whitespace/],
+      ['http://h.\ttest/hook', /control characters/],
+    ];
+    for (const [url, message] of cases) {
+      for (const [method, path] of [
+        ['POST', '/api/v1/webhooks'],
+        ['PUT', `/api/v1/webhooks/${w.id}`],
+      ] as const) {
+        const res = await t.call(method, path, { event: 'task.created', url, secret: 'x' });
+        const text = await res.clone().text();
+        const p = await expectProblem(res, 422, 'VALIDATION_FAILED');
+        expect(p.errors, `${method} ${JSON.stringify(url)}`).toEqual([
+          { path: 'url', message: expect.stringMatching(message) },
+        ]);
+        expect(text).not.toContain('s3cret-pw');
+      }
+    }
+    expect(await json(await t.call('GET', `/api/v1/webhooks/${w.id}`))).toEqual(w);
+    expect((await countRows(t.db)).webhooks).toBe(before.webhooks + 1);
+  });
+
+  it('applies the same URL rules to the direct webhooks of tasks and presets', async () => {
+    const bad = 'http://user:s3cret-pw@h.test/hook';
+    const preset = await t.call('POST', '/api/v1/presets', {
+      ...VALID.preset(),
+      webhooks: [{ event: 'preset.created', url: bad }],
+    });
+    expect(errorPaths(await expectProblem(preset, 422, 'VALIDATION_FAILED'))).toEqual(['webhooks.0.url']);
+    const task = await t.call('POST', '/api/v1/tasks', {
+      ...VALID.task(),
+      webhooks: [
+        { event: 'task.created', url: 'http://127.0.0.1:8080/fine' },
+        { event: 'task.updated', url: 'http://h.test:0/hook' },
+      ],
+    });
+    expect(errorPaths(await expectProblem(task, 422, 'VALIDATION_FAILED'))).toEqual(['webhooks.1.url']);
   });
 
   it('accepts loopback and private addresses (studio networks)', async () => {
@@ -230,5 +280,91 @@ describe('webhook execution routes', () => {
       404,
       'EXECUTION_NOT_FOUND',
     );
+  });
+
+  /** An attempt of a delivery as the dispatcher leaves them: the delivery row and its execution. */
+  async function attempted(d: { webhookId: string | null; url: string; secret: string | null }) {
+    const deliveryId = randomUUID();
+    const executionId = randomUUID();
+    const source = d.webhookId ? 'global' : 'direct';
+    await t.db.db.insert(deliveries).values({
+      id: deliveryId,
+      eventId: randomUUID(),
+      event: 'preset.updated',
+      source,
+      state: 'failed',
+      attempts: 4,
+      nextAttemptAt: 0,
+      lockedUntil: 0,
+      createdAt: 1_700_000_000_000,
+      updatedAt: 1_700_000_000_000,
+      ...d,
+    });
+    await t.db.db.insert(webhookExecutions).values({
+      id: executionId,
+      deliveryId,
+      webhookId: d.webhookId,
+      source,
+      event: 'preset.updated',
+      url: d.url,
+      attempt: 4,
+      request: { method: 'POST', headers: {}, body: '{}' },
+      response: null,
+      error: 'ECONNREFUSED',
+      success: false,
+      durationMs: 1,
+      createdAt: 1_700_000_000_000,
+    });
+    return executionId;
+  }
+
+  const secretOf = async (deliveryId: string) =>
+    (await t.db.db.select().from(deliveries)).find((d) => d.id === deliveryId)?.secret;
+
+  it('redelivers to the global webhook as it is now; 409 WEBHOOK_DELETED once it is deleted', async () => {
+    const w = await json(
+      await t.call('POST', '/api/v1/webhooks', {
+        event: 'preset.updated',
+        url: 'http://127.0.0.1:9/first',
+        secret: 'first-secret',
+      }),
+      201,
+    );
+    const exec = await attempted({
+      webhookId: w.id,
+      url: 'http://127.0.0.1:9/first',
+      secret: 'first-secret',
+    });
+    await json(
+      await t.call('PUT', `/api/v1/webhooks/${w.id}`, {
+        event: 'preset.updated',
+        url: 'http://127.0.0.1:9/moved',
+        secret: 'second-secret',
+      }),
+    );
+    const queued = await json(await t.call('POST', `/api/v1/webhooks/executions/${exec}/redeliver`), 202);
+    expect(queued).toMatchObject({ webhook: w.id, source: 'global', url: 'http://127.0.0.1:9/moved' });
+    expect(await secretOf(queued.deliveryId)).toBe('second-secret');
+
+    expect((await t.call('DELETE', `/api/v1/webhooks/${w.id}`)).status).toBe(204);
+    const p = await expectProblem(
+      await t.call('POST', `/api/v1/webhooks/executions/${exec}/redeliver`),
+      409,
+      'WEBHOOK_DELETED',
+    );
+    expect(p.detail).toContain(w.id);
+    // The redelivery queued before the delete is dropped with the webhook's other pending deliveries.
+    expect((await t.db.db.select().from(deliveries)).find((d) => d.id === queued.deliveryId)).toMatchObject({
+      state: 'failed',
+      lastError: 'webhook deleted',
+    });
+    // The dispatcher's own answer, for a delete that lands between the route's check and the insert.
+    expect(await queueRedelivery(t.db, exec, Date.now())).toEqual({ ok: false, error: 'webhook_deleted' });
+  });
+
+  it('redelivers a direct webhook attempt to the URL it was sent to', async () => {
+    const exec = await attempted({ webhookId: null, url: 'http://127.0.0.1:9/direct', secret: null });
+    const queued = await json(await t.call('POST', `/api/v1/webhooks/executions/${exec}/redeliver`), 202);
+    expect(queued).toMatchObject({ webhook: null, source: 'direct', url: 'http://127.0.0.1:9/direct' });
   });
 });

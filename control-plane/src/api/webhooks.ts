@@ -1,6 +1,7 @@
 import { ExecutionListQuery, WebhookCreate } from '@ffleet/shared';
 import { Hono } from 'hono';
 import {
+  assertRedeliverable,
   createWebhook,
   deleteWebhook,
   getExecution,
@@ -9,13 +10,31 @@ import {
   listWebhooks,
   updateWebhook,
 } from '../services/webhooks.ts';
+import type { DeliveryDispatcher } from '../webhooks/delivery-dispatcher.ts';
 import type { ApiEnv } from './app-env.ts';
+import { ConflictError, NotFoundError } from './errors.ts';
 import { created, listResponse, parseJsonBody, parsePage, parseQuery } from './http.ts';
 
 const READ_ONLY = ['id', 'uuid', 'createdAt', 'updatedAt', 'hasSecret'];
 
 /** Redelivery is installed by the webhook dispatcher (it owns delivery). */
 export type Redeliver = (executionId: string) => Promise<unknown>;
+
+/** The route's redelivery through `dispatcher`, its failures as API errors. */
+export const redeliverThrough =
+  (dispatcher: DeliveryDispatcher): Redeliver =>
+  async (id) => {
+    const r = await dispatcher.redeliver(id);
+    if (r.ok) return r.delivery;
+    // The route checked the webhook first; a delete can still land in between.
+    if (r.error === 'webhook_deleted') {
+      throw new ConflictError(
+        'WEBHOOK_DELETED',
+        `the webhook of execution ${id} was deleted; it cannot be redelivered`,
+      );
+    }
+    throw new NotFoundError('execution', id);
+  };
 
 export const webhooksApi = (redeliver: Redeliver) =>
   new Hono<ApiEnv>()
@@ -38,6 +57,7 @@ export const webhooksApi = (redeliver: Redeliver) =>
     .get('/executions/:id', async (c) => c.json(await getExecution(c.var.ctx, c.req.param('id'))))
     .post('/executions/:id/redeliver', async (c) => {
       const exec = await getExecution(c.var.ctx, c.req.param('id'));
+      await assertRedeliverable(c.var.ctx, exec);
       return c.json((await redeliver(exec.id)) as object, 202);
     })
     .get('/:id', async (c) => c.json(await getWebhook(c.var.ctx, c.req.param('id'))))

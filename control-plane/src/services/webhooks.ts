@@ -1,9 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import type { ExecutionListQuery, PageQuery, Webhook, WebhookCreate } from '@ffleet/shared';
 import { and, count, desc, eq, type SQL } from 'drizzle-orm';
-import { NotFoundError } from '../api/errors.ts';
+import { ConflictError, NotFoundError } from '../api/errors.ts';
 import { toExecution, toWebhook } from '../db/mappers.ts';
-import { webhookExecutions, webhooks } from '../db/schema.ts';
+import { deliveries, webhookExecutions, webhooks } from '../db/schema.ts';
+import { WEBHOOK_DELETED } from '../webhooks/record-attempt.ts';
 import { type ServiceContext, transact } from './context.ts';
 import { paginate } from './paginate.ts';
 import { isUuid } from './tasks.ts';
@@ -62,6 +63,13 @@ export async function updateWebhook(ctx: ServiceContext, id: string, input: Webh
       .where(eq(webhooks.id, id))
       .returning();
     if (!row) throw new NotFoundError('webhook', id);
+    // Deliveries still to be (re)tried go to the webhook as it is now. Kept on the rows, not only
+    // looked up when claimed (claim-deliveries.ts), because a row's URL is part of its target: the
+    // one-at-a-time order of a task's deliveries and progress coalescing compare it.
+    await tx
+      .update(deliveries)
+      .set({ url: row.url, secret: row.secret })
+      .where(and(eq(deliveries.webhookId, id), eq(deliveries.state, 'pending')));
     const w = toWebhook(row);
     await ev.emit({ event: 'webhook.updated', data: w, now });
     return w;
@@ -73,7 +81,16 @@ export async function deleteWebhook(ctx: ServiceContext, id: string): Promise<vo
   await transact(ctx, async (tx, ev) => {
     const [row] = await tx.delete(webhooks).where(eq(webhooks.id, id)).returning();
     if (!row) throw new NotFoundError('webhook', id);
-    await ev.emit({ event: 'webhook.deleted', data: toWebhook(row), now: ctx.now() });
+    const now = ctx.now();
+    // Its deliveries still to be (re)tried are dropped: 'failed' (a finished state retention prunes)
+    // with the reason. A row a dispatcher holds keeps its lease: an attempt in flight completes and is
+    // recorded without reviving the row (recordAttempts), one claimed ahead is dropped before it is
+    // sent (refreshTargets).
+    await tx
+      .update(deliveries)
+      .set({ state: 'failed', lastError: WEBHOOK_DELETED, updatedAt: now })
+      .where(and(eq(deliveries.webhookId, id), eq(deliveries.state, 'pending')));
+    await ev.emit({ event: 'webhook.deleted', data: toWebhook(row), now });
   });
 }
 
@@ -103,4 +120,22 @@ export async function getExecution(ctx: ServiceContext, id: string) {
   const [r] = await ctx.database.db.select().from(webhookExecutions).where(eq(webhookExecutions.id, id));
   if (!r) throw new NotFoundError('execution', id);
   return toExecution(r);
+}
+
+/**
+ * A redelivery of a global webhook's attempt goes to the webhook as it is now; once the webhook is
+ * deleted there is nowhere to send it. 409, not 404: the execution exists, its webhook does not.
+ */
+export async function assertRedeliverable(ctx: ServiceContext, execution: { webhook: string | null }) {
+  if (execution.webhook === null) return;
+  const [w] = await ctx.database.db
+    .select({ id: webhooks.id })
+    .from(webhooks)
+    .where(eq(webhooks.id, execution.webhook));
+  if (!w) {
+    throw new ConflictError(
+      'WEBHOOK_DELETED',
+      `webhook ${JSON.stringify(execution.webhook)} of this execution was deleted; it cannot be redelivered`,
+    );
+  }
 }

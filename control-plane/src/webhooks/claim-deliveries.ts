@@ -1,6 +1,7 @@
 import type { EventPayload } from '@ffleet/shared';
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/client.ts';
+import { WEBHOOK_DELETED } from './record-attempt.ts';
 
 /** Progress-only `task.updated` deliveries go to one target at most once per this window (CONTRACT.md). */
 export const PROGRESS_WINDOW_MS = 5_000;
@@ -18,8 +19,11 @@ export type ClaimedDelivery = {
   event: string;
   webhookId: string | null;
   source: 'global' | 'direct';
+  /** Where to send it: a global webhook's current URL and secret, a direct webhook's stored ones. */
   url: string;
   secret: string | null;
+  /** When `url` and `secret` were read; a row claimed ahead re-reads them once this is old (refreshTargets). */
+  readAt: number;
   taskId: string | null;
   progressOnly: boolean;
   /** Attempts made before this one. */
@@ -95,6 +99,12 @@ type Row = {
  * materialized so it is computed once) to keep the statement cheap with a large backlog; saturated
  * URLs are excluded before the scan.
  *
+ * Target: a global webhook's deliveries go to the webhook as it is now. The rows carry the URL and
+ * secret copied when they were written (and updateWebhook rewrites those of pending rows), but a change
+ * can commit between a row's insert and its claim, so the claim joins `webhooks`, sends with its URL
+ * and secret and writes them back to the row. A picked row whose webhook is gone (deleted while the
+ * row was being written) is failed here instead of claimed; deleteWebhook fails the others.
+ *
  * Locking: the picked rows are locked `FOR UPDATE SKIP LOCKED` (rows another replica is claiming are
  * skipped, never waited for) and their `state`/`locked_until` are re-checked on the newest row version,
  * then stamped with the lease. One known multi-replica race, harmless: a replica whose snapshot
@@ -143,14 +153,23 @@ export async function claimDeliveries(database: Database, opts: ClaimOptions): P
         LIMIT ${scanLimit}
       ) e
     ), picked AS (
-      SELECT c.id FROM ranked r JOIN deliveries c ON c.id = r.id
+      SELECT c.id, c.webhook_id FROM ranked r JOIN deliveries c ON c.id = r.id
       WHERE r.rank <= r.room AND c.state = 'pending' AND c.locked_until <= ${now}
       ORDER BY r.next_attempt_at, r.created_at, r.id
       LIMIT ${limit}
       FOR UPDATE OF c SKIP LOCKED
+    ), orphaned AS (
+      UPDATE deliveries o SET state = 'failed', locked_until = 0, last_error = ${WEBHOOK_DELETED},
+        updated_at = ${now}
+      FROM picked p
+      WHERE o.id = p.id AND p.webhook_id IS NOT NULL
+        AND NOT EXISTS (SELECT 1 FROM webhooks w WHERE w.id = p.webhook_id)
+      RETURNING o.id
     )
-    UPDATE deliveries d SET locked_until = ${lease}, updated_at = ${now}
-    FROM picked WHERE d.id = picked.id
+    UPDATE deliveries d SET locked_until = ${lease}, updated_at = ${now},
+      url = coalesce(w.url, d.url), secret = CASE WHEN w.id IS NULL THEN d.secret ELSE w.secret END
+    FROM picked p LEFT JOIN webhooks w ON w.id = p.webhook_id
+    WHERE d.id = p.id AND (p.webhook_id IS NULL OR w.id IS NOT NULL)
     RETURNING d.id, d.event_id, d.event, d.webhook_id, d.source, d.url, d.secret, d.task_id, d.progress_only,
       d.attempts, (SELECT ev.payload FROM events ev WHERE ev.id = d.event_id) AS payload`,
   );
@@ -162,6 +181,7 @@ export async function claimDeliveries(database: Database, opts: ClaimOptions): P
     source: r.source === 'direct' ? 'direct' : 'global',
     url: r.url,
     secret: r.secret,
+    readAt: now,
     taskId: r.task_id,
     progressOnly: r.progress_only,
     // postgres-js returns int8/int4 from raw SQL as strings or numbers depending on type; normalise.

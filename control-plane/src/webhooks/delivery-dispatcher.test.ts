@@ -16,7 +16,7 @@ import {
   waitUntil,
 } from '../../../test/webhooks/fixtures.ts';
 import { type Respond, TestReceiver } from '../../../test/webhooks/receiver.ts';
-import type { DeliveryDispatcher } from './delivery-dispatcher.ts';
+import { DEFAULT_PER_URL_CONCURRENCY, type DeliveryDispatcher } from './delivery-dispatcher.ts';
 
 /** Standard Webhooks verification written from the spec, independent of signature.ts. */
 function independentlyVerify(
@@ -222,6 +222,19 @@ describe.each(dbKinds)('DeliveryDispatcher on %s', (kind) => {
     expect(Date.now() - t0).toBeLessThan(5_000);
     expect(slow.received).toHaveLength(3);
     expect(slow.maxConcurrent).toBe(3);
+  });
+
+  it('lets one busy URL alone use its whole per-URL cap of the pool', { timeout: 30_000 }, async () => {
+    const { receiver, dispatcher } = await setup(() => {});
+    await addWebhook(db, { event: 'task.deleted', url: receiver.url });
+    for (let i = 0; i < DEFAULT_PER_URL_CONCURRENCY + 16; i++) {
+      await emit(db, { event: 'task.deleted', data: { taskId: `t${i}` } });
+    }
+    dispatcher.start();
+    await receiver.waitFor(DEFAULT_PER_URL_CONCURRENCY, 15_000);
+    await sleep(300);
+    expect(receiver.received).toHaveLength(DEFAULT_PER_URL_CONCURRENCY);
+    expect(receiver.maxConcurrent).toBe(DEFAULT_PER_URL_CONCURRENCY);
   });
 
   it('stop() gives back an attempt cut short so the next dispatcher sends it at once', async () => {

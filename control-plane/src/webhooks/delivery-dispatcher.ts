@@ -5,6 +5,7 @@ import { AttemptRecorder } from './attempt-recorder.ts';
 import { type ClaimedDelivery, claimDeliveries, hasDueDeliveries } from './claim-deliveries.ts';
 import { decideOutcome, type FinishedAttempt, failMissingEvent, releaseDelivery } from './record-attempt.ts';
 import { queueRedelivery, type RedeliverResult } from './redeliver.ts';
+import { refreshTargets, TARGET_REFRESH_MS } from './refresh-targets.ts';
 import { SHUTDOWN, sendWebhook } from './send-webhook.ts';
 
 /**
@@ -34,10 +35,18 @@ export const MIN_CLAIM_GAP_MS = 5;
  */
 export const DEFAULT_CONCURRENCY = 128;
 /**
- * Attempts in flight per URL: half the slots, so one slow receiver never holds them all, while one
- * busy receiver still gets enough parallel requests to keep up with a high event rate.
+ * Attempts in flight per URL at most: half the slots, so one busy receiver alone gets enough parallel
+ * requests to keep up with a high event rate. With several URLs busy each gets a fair share instead.
  */
 export const DEFAULT_PER_URL_CONCURRENCY = 64;
+/**
+ * Share of the slots (16 of 128) only a URL with nothing in flight may take, so a receiver can always
+ * start at once however many requests a few hanging receivers hold (three of them filled all 128
+ * slots and healthy receivers waited for their timeouts).
+ */
+export const RESERVE_FRACTION = 1 / 8;
+/** The smallest fair share: with many URLs busy, each still gets a few requests in flight. */
+export const MIN_FAIR_SHARE = 4;
 /**
  * Rows claimed ahead per URL, as a multiple of its in-flight cap (and of the dispatcher's): while one
  * batch of attempts is in flight, the next is already claimed, so a slot that frees up is refilled at
@@ -109,6 +118,11 @@ export class DeliveryDispatcher {
   /** Claimed rows (in flight or ready) by URL: what the claim must count against the URL's room. */
   readonly #claimedPerUrl = new Map<string, number>();
   readonly #recording = new Set<Promise<void>>();
+  /** Slots only a URL with nothing in flight may take (RESERVE_FRACTION). */
+  readonly #reserve: number;
+  /** Ready rows whose webhook is being re-read (see TARGET_REFRESH_MS); not sent meanwhile. */
+  readonly #refreshingIds = new Set<string>();
+  #refreshing: Promise<void> | null = null;
   #state: 'idle' | 'running' | 'stopped' = 'idle';
   #claiming: Promise<void> | null = null;
   #claimAgain = false;
@@ -134,6 +148,7 @@ export class DeliveryDispatcher {
       prefetch: Math.max(1, opts.prefetch ?? PREFETCH),
       pollIntervalMs: opts.pollIntervalMs ?? POLL_INTERVAL_MS,
     };
+    this.#reserve = Math.floor(this.#o.concurrency * RESERVE_FRACTION);
     this.#log = opts.logger.child({ component: 'webhook-dispatcher' });
     this.#recorder = new AttemptRecorder(opts.database);
   }
@@ -189,6 +204,7 @@ export class DeliveryDispatcher {
     for (const t of this.#retryTimers) clearTimeout(t);
     this.#retryTimers.clear();
     await this.#claiming;
+    await this.#refreshing;
     // Rows claimed ahead were never attempted: give them back, due again at once.
     const ready = this.#ready.splice(0);
     for (const d of ready) this.#uncount(d);
@@ -212,11 +228,41 @@ export class DeliveryDispatcher {
     return result;
   }
 
+  /**
+   * Slots one URL may hold: the unreserved slots split evenly between the URLs that have work (claimed
+   * rows), at least MIN_FAIR_SHARE, at most the per-URL cap. Alone, a URL gets the whole cap. A URL
+   * above its share (it got its slots while it was alone) keeps them until they end, and the slots it
+   * frees go to the others.
+   */
+  #share(): number {
+    const { concurrency, perUrlConcurrency } = this.#o;
+    const even = Math.floor((concurrency - this.#reserve) / Math.max(1, this.#claimedPerUrl.size));
+    return Math.min(perUrlConcurrency, Math.max(MIN_FAIR_SHARE, even));
+  }
+
+  /** May an attempt to `url` start now? A URL with nothing in flight may use the reserve. */
+  #hasSlot(url: string, share: number): boolean {
+    const busy = this.#inFlight.size;
+    const held = this.#perUrl.get(url) ?? 0;
+    if (busy >= this.#o.concurrency) return false;
+    return held === 0 || (held < share && busy < this.#o.concurrency - this.#reserve);
+  }
+
   async #claimLoop(): Promise<void> {
     for (;;) {
       this.#claimAgain = false;
-      const free = this.#o.concurrency * this.#o.prefetch - this.#inFlight.size - this.#ready.length;
+      // Claimed rows are budgeted like slots: prefetch × the slots, then prefetch × the reserve for URLs
+      // that hold no rows at all (slow receivers' claimed-ahead rows must not keep a new URL unclaimed).
+      const held = this.#inFlight.size + this.#ready.length;
+      const budget = this.#o.concurrency * this.#o.prefetch;
+      const free = budget + this.#reserve * this.#o.prefetch - held;
       if (free <= 0) return;
+      const perUrlLimit = this.#share() * this.#o.prefetch;
+      const inFlightByUrl =
+        held < budget
+          ? Object.fromEntries(this.#claimedPerUrl)
+          : Object.fromEntries([...this.#claimedPerUrl.keys()].map((url) => [url, perUrlLimit]));
+      const limit = held < budget ? budget - held : free;
       const now = this.#o.clock();
       this.#lastClaimAt = performance.now();
       const probed = this.#idle;
@@ -227,10 +273,10 @@ export class DeliveryDispatcher {
         if (probed && !(await hasDueDeliveries(this.#o.database, now))) return;
         claimed = await claimDeliveries(this.#o.database, {
           now,
-          limit: free,
+          limit,
           leaseMs: this.#o.timeoutMs + LEASE_MARGIN_MS,
-          perUrlLimit: this.#o.perUrlConcurrency * this.#o.prefetch,
-          inFlightByUrl: Object.fromEntries(this.#claimedPerUrl),
+          perUrlLimit,
+          inFlightByUrl,
         });
       } catch (e) {
         // Database unreachable or closing: the poll tries again; leases protect anything half-claimed.
@@ -246,12 +292,16 @@ export class DeliveryDispatcher {
         return;
       }
       for (const d of claimed) {
-        this.#claimedPerUrl.set(d.url, (this.#claimedPerUrl.get(d.url) ?? 0) + 1);
+        this.#count(d);
         this.#ready.push(d);
       }
       this.#pump();
-      if (claimed.length < free && !this.#claimAgain) return;
+      if (claimed.length < limit && !this.#claimAgain) return;
     }
+  }
+
+  #count(d: ClaimedDelivery): void {
+    this.#claimedPerUrl.set(d.url, (this.#claimedPerUrl.get(d.url) ?? 0) + 1);
   }
 
   #uncount(d: ClaimedDelivery): void {
@@ -261,28 +311,79 @@ export class DeliveryDispatcher {
   }
 
   /**
-   * Start the ready rows that have a slot (dispatcher and URL caps), oldest first. A row that waited
-   * so long that its lease no longer covers a whole attempt plus recording is given back instead.
+   * Start the ready rows that have a slot (dispatcher cap, the URL's fair share, see #share), oldest
+   * first. A row that waited so long that its lease no longer covers a whole attempt plus recording is
+   * given back instead; a global webhook's row that waited TARGET_REFRESH_MS re-reads its webhook first.
    */
   #pump(): void {
     if (this.#ready.length === 0 || this.#state !== 'running') return;
     const now = this.#o.clock();
+    const share = this.#share();
+    const stale: ClaimedDelivery[] = [];
     let kept = 0;
     for (const d of this.#ready) {
-      if (this.#inFlight.size >= this.#o.concurrency) {
+      if (this.#inFlight.size >= this.#o.concurrency || this.#refreshingIds.has(d.id)) {
         this.#ready[kept++] = d;
       } else if (d.lease - now < this.#o.timeoutMs + LEASE_MARGIN_MS / 2) {
         this.#uncount(d);
         releaseDelivery(this.#o.database, d).catch((e) =>
           this.#log.warn({ deliveryId: d.id, err: dbError(e) }, 'releasing a delivery failed'),
         );
-      } else if ((this.#perUrl.get(d.url) ?? 0) < this.#o.perUrlConcurrency) {
-        this.#launch(d);
-      } else {
+      } else if (!this.#hasSlot(d.url, share)) {
         this.#ready[kept++] = d;
+      } else if (d.webhookId !== null && now - d.readAt >= TARGET_REFRESH_MS) {
+        stale.push(d);
+        this.#ready[kept++] = d;
+      } else {
+        this.#launch(d);
       }
     }
     this.#ready.length = kept;
+    if (stale.length > 0 && !this.#refreshing) this.#refresh(stale);
+  }
+
+  /**
+   * Re-read the webhooks of ready rows that waited (one statement for all): a moved webhook's rows
+   * go to its new URL with its new secret, a deleted webhook's rows are dropped unsent.
+   */
+  #refresh(rows: ClaimedDelivery[]): void {
+    for (const d of rows) this.#refreshingIds.add(d.id);
+    const now = this.#o.clock();
+    this.#refreshing = refreshTargets(this.#o.database, rows, now)
+      .then((current) => {
+        const ready = new Set(this.#ready);
+        const dropped = new Set<string>();
+        for (const d of rows) {
+          // Given back by stop() meanwhile.
+          if (!ready.has(d)) continue;
+          const target = current.get(d.id);
+          this.#uncount(d);
+          if (!target) {
+            dropped.add(d.id);
+            continue;
+          }
+          d.url = target.url;
+          d.secret = target.secret;
+          d.readAt = now;
+          this.#count(d);
+        }
+        if (dropped.size > 0) {
+          this.#log.info({ deliveries: dropped.size }, 'deliveries of a deleted webhook dropped');
+          const kept = this.#ready.filter((d) => !dropped.has(d.id));
+          this.#ready.splice(0, this.#ready.length, ...kept);
+        }
+      })
+      .catch((e) => {
+        // Database unreachable: send with what was read at the claim rather than retry in a loop.
+        this.#log.warn({ err: dbError(e) }, 're-reading webhooks failed');
+        for (const d of rows) d.readAt = now;
+      })
+      .finally(() => {
+        for (const d of rows) this.#refreshingIds.delete(d.id);
+        this.#refreshing = null;
+        this.#pump();
+        this.wake();
+      });
   }
 
   /**

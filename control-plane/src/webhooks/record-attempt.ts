@@ -8,6 +8,8 @@ import type { AttemptResult } from './send-webhook.ts';
 /** Spec "Delivery rules": retried after 3 s, then 5 s, then 10 s — four attempts at most. */
 export const RETRY_DELAYS_MS = [3_000, 5_000, 10_000] as const;
 export const MAX_ATTEMPTS = RETRY_DELAYS_MS.length + 1;
+/** `last_error` of a delivery dropped because its global webhook was deleted (state `failed`). */
+export const WEBHOOK_DELETED = 'webhook deleted';
 
 export type DeliveryOutcome =
   | { state: 'delivered' }
@@ -64,8 +66,9 @@ function toRecord({ delivery, result, outcome, now }: FinishedAttempt) {
  * Record attempts as executions and move their deliveries on (delivered / retry later / failed), all
  * in one statement whatever the batch size (the whole batch travels as one JSON parameter). Each
  * delivery update is fenced by its lease: if a lease ran out and another replica re-claimed the row,
- * only the execution is written (the attempt did happen). Returns the ids of the deliveries that were
- * still ours.
+ * only the execution is written (the attempt did happen). A row that was finished while the attempt
+ * was in flight (its webhook deleted) counts the attempt but stays finished. Returns the ids of the
+ * deliveries that were still ours.
  */
 export async function recordAttempts(database: Database, attempts: FinishedAttempt[]): Promise<Set<string>> {
   if (attempts.length === 0) return new Set();
@@ -86,8 +89,11 @@ export async function recordAttempts(database: Database, attempts: FinishedAttem
       FROM input
       RETURNING id
     )
-    UPDATE deliveries d SET attempts = i.attempt, state = i.state, next_attempt_at = i.next_attempt_at,
-      locked_until = 0, last_error = i.error, updated_at = i.now
+    UPDATE deliveries d SET attempts = i.attempt,
+      state = CASE WHEN d.state = 'pending' THEN i.state ELSE d.state END,
+      next_attempt_at = CASE WHEN d.state = 'pending' THEN i.next_attempt_at ELSE d.next_attempt_at END,
+      last_error = CASE WHEN d.state = 'pending' THEN i.error ELSE d.last_error END,
+      locked_until = 0, updated_at = i.now
     FROM input i
     WHERE d.id = i.delivery_id AND d.locked_until = i.lease
     RETURNING d.id`,

@@ -16,7 +16,7 @@ export type QueuedDelivery = {
 
 export type RedeliverResult =
   | { ok: true; delivery: QueuedDelivery }
-  | { ok: false; error: 'execution_not_found' };
+  | { ok: false; error: 'execution_not_found' | 'webhook_deleted' };
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
@@ -31,10 +31,11 @@ type Row = {
 };
 
 /**
- * Queue the event of an execution again to the same URL, as a fresh delivery with its own four
- * attempts. The payload (and so `webhook-id`) is the original event's, letting receivers deduplicate.
- * A global webhook's current secret is used (it may have been rotated); if the webhook is gone, the
- * secret the original delivery was signed with. Never progress-only, so it is never coalesced away.
+ * Queue the event of an execution again, as a fresh delivery with its own four attempts. The payload
+ * (and so `webhook-id`) is the original event's, letting receivers deduplicate. A global webhook's
+ * delivery goes to the webhook as it is now (its URL may have moved, its secret been rotated); once the
+ * webhook is deleted there is nowhere to send it (`webhook_deleted`). A direct webhook's goes to the
+ * URL it was sent to. Never progress-only, so it is never coalesced away.
  */
 export async function queueRedelivery(
   database: Database,
@@ -47,16 +48,16 @@ export async function queueRedelivery(
     sql`
     INSERT INTO deliveries (id, event_id, event, webhook_id, source, url, secret, task_id, progress_only, state,
       attempts, next_attempt_at, locked_until, last_error, created_at, updated_at)
-    SELECT ${randomUUID()}::uuid, d.event_id, d.event, d.webhook_id, d.source, d.url,
-      CASE WHEN w.id IS NOT NULL THEN w.secret ELSE d.secret END,
+    SELECT ${randomUUID()}::uuid, d.event_id, d.event, d.webhook_id, d.source, coalesce(w.url, d.url),
+      CASE WHEN d.webhook_id IS NULL THEN d.secret ELSE w.secret END,
       d.task_id, false, 'pending', 0, ${now}::bigint, 0, '', ${now}::bigint, ${now}::bigint
     FROM webhook_executions x
     JOIN deliveries d ON d.id = x.delivery_id
     LEFT JOIN webhooks w ON w.id = d.webhook_id
-    WHERE x.id = ${executionId}::uuid
+    WHERE x.id = ${executionId}::uuid AND (d.webhook_id IS NULL OR w.id IS NOT NULL)
     RETURNING id, event_id, event, webhook_id, source, url, created_at`,
   );
-  if (!row) return { ok: false, error: 'execution_not_found' };
+  if (!row) return { ok: false, error: await whyNotRedeliverable(database, executionId) };
   return {
     ok: true,
     delivery: {
@@ -70,4 +71,17 @@ export async function queueRedelivery(
       createdAt: Number(row.created_at),
     },
   };
+}
+
+/** Nothing was queued: tell a deleted webhook from a missing execution (or its pruned delivery). */
+async function whyNotRedeliverable(
+  database: Database,
+  executionId: string,
+): Promise<'execution_not_found' | 'webhook_deleted'> {
+  const [row] = await database.rows<{ webhook_id: string }>(
+    database.db,
+    sql`SELECT d.webhook_id FROM webhook_executions x JOIN deliveries d ON d.id = x.delivery_id
+        WHERE x.id = ${executionId}::uuid AND d.webhook_id IS NOT NULL`,
+  );
+  return row ? 'webhook_deleted' : 'execution_not_found';
 }

@@ -47,21 +47,41 @@ export type DirectWebhookEvent = z.infer<typeof DirectWebhookEvent>;
 export const TaskWebhookEvent = z.enum(['task.created', 'task.updated', 'task.deleted']);
 export type TaskWebhookEvent = z.infer<typeof TaskWebhookEvent>;
 
-/** An absolute http(s) URL. Loopback and private addresses are valid (studio networks). */
+/** Why `v` is not a deliverable webhook URL, or null when it is. */
+function httpUrlProblem(v: string): string | null {
+  // The URL parser drops leading/trailing whitespace and tabs/newlines anywhere, so the stored text
+  // would not be the URL that is called: reject rather than silently store something else.
+  if (v !== v.trim()) return 'must not have leading or trailing whitespace';
+  if (/[\u0000-\u001f\u007f]/.test(v)) return 'must not contain control characters';
+  let u: URL;
+  try {
+    u = new URL(v);
+  } catch {
+    return 'must be an absolute http(s) URL';
+  }
+  if ((u.protocol !== 'http:' && u.protocol !== 'https:') || u.hostname.length === 0) {
+    return 'must be an absolute http(s) URL';
+  }
+  // fetch refuses URLs with credentials, and the password would show in every response and record.
+  if (u.username !== '' || u.password !== '') {
+    return 'must not contain a user name or password (user:pass@); use a secret or a token in the path or query';
+  }
+  if (u.port === '0') return 'must not use port 0';
+  return null;
+}
+
+/**
+ * An absolute http(s) URL a webhook can be delivered to: no credentials (`user:pass@`), no port 0, no
+ * surrounding whitespace or control characters. Loopback and private addresses are valid (studio
+ * networks).
+ */
 export const HttpUrl = z
   .string()
   .max(2048)
-  .refine(
-    (v) => {
-      try {
-        const u = new URL(v);
-        return (u.protocol === 'http:' || u.protocol === 'https:') && u.hostname.length > 0;
-      } catch {
-        return false;
-      }
-    },
-    { message: 'must be an absolute http(s) URL' },
-  );
+  .superRefine((v, ctx) => {
+    const problem = httpUrlProblem(v);
+    if (problem) ctx.addIssue({ code: 'custom', message: problem });
+  });
 
 /** A direct webhook as attached to a task or preset. */
 export const DirectWebhook = z.strictObject({ event: DirectWebhookEvent, url: HttpUrl });
