@@ -145,6 +145,16 @@ describe('webhook routes', () => {
       }),
     );
     expect(JSON.stringify(replaced)).not.toContain('other-secret');
+    // null removes it: deliveries go out unsigned from then on.
+    const removed = await json(
+      await t.call('PUT', `/api/v1/webhooks/${w.id}`, {
+        event: 'task.deleted',
+        url: 'https://h.test/s2',
+        secret: null,
+      }),
+    );
+    expect(removed.hasSecret).toBe(false);
+    expect((await json(await t.call('GET', `/api/v1/webhooks/${w.id}`))).hasSecret).toBe(false);
     // Event payloads (sent to other webhooks and SSE) never carry it either.
     const payloads = JSON.stringify(await eventRows(t.db));
     expect(payloads).toContain(w.id);

@@ -47,7 +47,7 @@ export async function getWebhook(ctx: ServiceContext, id: string): Promise<Webho
   return toWebhook(r);
 }
 
-/** PUT replaces event and url; the secret is replaced when given and kept when omitted. */
+/** PUT replaces event and url; the secret is replaced when given, removed when null, kept when omitted. */
 export async function updateWebhook(ctx: ServiceContext, id: string, input: WebhookCreate): Promise<Webhook> {
   if (!isUuid(id)) throw new NotFoundError('webhook', id);
   return transact(ctx, async (tx, ev) => {

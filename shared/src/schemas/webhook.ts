@@ -1,11 +1,14 @@
 import { z } from 'zod';
 import { EventName, HttpUrl, Millis } from './common.ts';
 
-/** Body of `POST/PUT /api/v1/webhooks`. `secret` is write-only (responses show `hasSecret`). */
+/**
+ * Body of `POST/PUT /api/v1/webhooks`. `secret` is write-only (responses show `hasSecret`), so a PUT
+ * without it keeps the one set (a client cannot send back what it never sees); `null` removes it.
+ */
 export const WebhookCreate = z.strictObject({
   event: EventName,
   url: HttpUrl,
-  secret: z.string().min(1).max(500).optional(),
+  secret: z.string().min(1).max(500).nullable().optional(),
 });
 export type WebhookCreate = z.infer<typeof WebhookCreate>;
 
