@@ -28,7 +28,10 @@ describe('makeDirectory', () => {
   it('fails with ENOTDIR where a file is in the way, at the end or above it', async () => {
     writeFileSync(join(dir, 'file'), 'x');
     await expect(makeDirectory(join(dir, 'file'))).rejects.toMatchObject({ code: 'ENOTDIR' });
-    await expect(makeDirectory(join(dir, 'file', 'sub'))).rejects.toMatchObject({ code: 'ENOTDIR' });
+    await expect(makeDirectory(join(dir, 'file', 'sub'))).rejects.toMatchObject({
+      code: 'ENOTDIR',
+      message: `ENOTDIR: not a directory, mkdir '${join(dir, 'file', 'sub')}'`,
+    });
   });
 
   it.skipIf(process.platform !== 'linux')(

@@ -25,6 +25,8 @@ export async function makeDirectory(dir: string): Promise<void> {
       if (!(await stat(d)).isDirectory()) throw notDirectory(d);
       break;
     } catch (err) {
+      // A file above `d` (stat says ENOTDIR): the same error mkdir -p gives, naming the directory.
+      if (code(err) === 'ENOTDIR') throw notDirectory(d);
       if (code(err) !== 'ENOENT') throw err;
       missing.push(d);
       const parent = dirname(d);
