@@ -278,8 +278,10 @@ describe('cancel and restart', () => {
     expect(running.outputFile.resolved).toBe(target);
     await waitFor(() => existsSync(target) && processesMatching(target).length > 0, 10_000, 'ffmpeg writing');
 
-    const r = await c.api.patch(`/api/v1/tasks/${task.id}/cancel`);
+    const r = await c.api.patch<Task>(`/api/v1/tasks/${task.id}/cancel`);
     expect(r.status).toBe(200);
+    // The answer waits (briefly) for the agent's kill: the client sees the final state.
+    expect(r.body.status).toBe('DONE_CANCELED');
     const done = await c.api.waitForTask(task.id, undefined, 20_000);
     expect(done.status).toBe('DONE_CANCELED');
     expect(processesMatching(target)).toEqual([]);

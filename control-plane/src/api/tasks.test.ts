@@ -1,4 +1,5 @@
 // biome-ignore-all lint/suspicious/noTemplateCurlyInString: ${NAME} wildcards are literal request text.
+import type { Task } from '@ffleet/shared';
 import { eq } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import {
@@ -12,6 +13,7 @@ import {
 } from '../../../test/api/support.ts';
 import { useTestApp } from '../../../test/helpers/app.ts';
 import { taskLogs, tasks } from '../db/schema.ts';
+import { CANCEL_ANSWER_WAIT_MS, taskEventData } from '../services/tasks.ts';
 
 describe('task routes', () => {
   const rec = recordingFleet();
@@ -282,6 +284,36 @@ describe('task routes', () => {
   });
 
   describe('cancel', () => {
+    it("answers a running task's cancel with its final state once its agent reports it, else as it is after a short wait", async () => {
+      const task = await create(VALID.task());
+      await setRow(task.id, { status: 'RUNNING', agentId: UNKNOWN_ID, agentName: 'a1', attempt: 1 });
+      // What the fleet emits when the agent's DONE_CANCELED report is applied (a stand-in for the agent).
+      const reported = setTimeout(() => {
+        const final: Task = { ...(task as Task), status: 'DONE_CANCELED', finishedAt: Date.now() };
+        t.bus.publish({
+          id: 'ev-1',
+          event: 'task.updated',
+          timestamp: new Date().toISOString(),
+          data: taskEventData(final),
+        });
+      }, 200);
+      try {
+        const started = Date.now();
+        const answered = await json(await t.call('PATCH', `/api/v1/tasks/${task.id}/cancel`));
+        expect(answered.status).toBe('DONE_CANCELED');
+        expect(Date.now() - started).toBeLessThan(CANCEL_ANSWER_WAIT_MS);
+        expect(rec.calls.cancelRunning).toContain(task.id);
+      } finally {
+        clearTimeout(reported);
+      }
+      // No report (an agent that is gone): the running task as it is, after the wait.
+      const other = await create(VALID.task());
+      await setRow(other.id, { status: 'RUNNING', agentId: UNKNOWN_ID, agentName: 'a1', attempt: 1 });
+      const started = Date.now();
+      expect((await json(await t.call('PATCH', `/api/v1/tasks/${other.id}/cancel`))).status).toBe('RUNNING');
+      expect(Date.now() - started).toBeGreaterThanOrEqual(CANCEL_ANSWER_WAIT_MS - 50);
+    });
+
     it('moves a QUEUED task to DONE_CANCELED at once (PATCH and POST)', async () => {
       for (const method of ['PATCH', 'POST']) {
         const task = await create(VALID.task());

@@ -445,8 +445,36 @@ export async function cancelTask(ctx: ServiceContext, id: string): Promise<Task>
     }
     return toTask({ ...r, cancelRequested: true });
   });
-  if (toStop) ctx.fleet.cancelRunning(toStop);
-  return task;
+  if (!toStop) return task;
+  const finished = untilFinished(ctx, id, CANCEL_ANSWER_WAIT_MS);
+  ctx.fleet.cancelRunning(toStop);
+  return (await finished) ?? task;
+}
+
+/**
+ * How long a cancel of running work waits for the agent to report the task finished before it answers
+ * with the task as it is (still running; it ends DONE_CANCELED when the agent's report comes). ffmpeg
+ * stops on SIGTERM within a fraction of a second, so a client usually gets the final state at once
+ * (DONE_CANCELED, or DONE_SUCCESSFUL when the transcode ended before the cancel reached it).
+ */
+export const CANCEL_ANSWER_WAIT_MS = 3_000;
+
+/** The task once an event says it finished, or null after `ms` (or if it was deleted meanwhile). */
+function untilFinished(ctx: ServiceContext, id: string, ms: number): Promise<Task | null> {
+  return new Promise((resolve) => {
+    const done = (t: Task | null) => {
+      clearTimeout(timer);
+      unsubscribe();
+      resolve(t);
+    };
+    const timer = setTimeout(() => done(null), ms);
+    const unsubscribe = ctx.bus.subscribe((p) => {
+      const data = p.data as { taskId?: string; task?: Task };
+      if (data.taskId !== id || !data.task) return;
+      if (p.event === 'task.deleted') done(null);
+      else if (isDoneStatus(data.task.status)) done(data.task);
+    });
+  });
 }
 
 /** Only from DONE_*: back to QUEUED with progress, resolved values, errors and step times cleared. */
