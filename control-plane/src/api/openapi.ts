@@ -314,8 +314,10 @@ const OPS: Op[] = [
   {
     method: 'get',
     path: '/api/v1/events',
-    summary: 'Server-sent events (same payload as webhooks)',
+    summary:
+      'Server-sent events (same payload as webhooks); `events` = comma-separated event names to receive',
     tag: 'system',
+    query: ['events'],
   },
   { method: 'get', path: '/api/v1/version', summary: 'Version', tag: 'system' },
   { method: 'get', path: '/health', summary: 'Health (503 when the database is unreachable)', tag: 'system' },

@@ -256,6 +256,12 @@ describe('webhook execution routes', () => {
       400,
       'INVALID_QUERY',
     );
+    // An event name that does not exist is a mistake, as on /api/v1/events, not an empty list.
+    await expectProblem(
+      await t.call('GET', '/api/v1/webhooks/executions?event=task.exploded'),
+      400,
+      'INVALID_QUERY',
+    );
     await expectProblem(
       await t.call('GET', '/api/v1/webhooks/executions?perPage=1001'),
       400,

@@ -46,7 +46,7 @@ export type WebhookExecution = z.infer<typeof WebhookExecution>;
 
 export const ExecutionListQuery = z.object({
   webhook: z.string().max(100).optional(),
-  event: z.string().max(100).optional(),
+  event: EventName.optional(),
   success: z.enum(['true', 'false']).optional(),
   task: z.string().max(100).optional(),
 });
