@@ -56,6 +56,7 @@ describe('preset routes', () => {
       [{ command: '-i a b' }, 'name'],
       [{ name: 'x' }, 'command'],
       [{ name: '', command: '-i a b' }, 'name'],
+      [{ name: '  ', command: '-i a b' }, 'name'],
       [{ name: 'x', command: '-i a b && -i c d' }, 'command'],
       [{ name: 'x', command: '-i a b', priority: 2000 }, 'priority'],
       [

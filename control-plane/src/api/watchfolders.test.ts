@@ -67,6 +67,7 @@ describe('watchfolder routes', () => {
       [{ growthChecks: 0 }, 'growthChecks'],
       [{ growthChecks: '3' }, 'growthChecks'],
       [{ name: '' }, 'name'],
+      [{ name: ' \t' }, 'name'],
       [{ suspended: 'yes' }, 'suspended'],
       [{ filter: { extensions: { include: ['.mov'] } } }, 'filter.extensions.include.0'],
       [{ filter: { extensions: { include: 'mov' } } }, 'filter.extensions.include'],

@@ -94,6 +94,13 @@ export type RawResolved = z.infer<typeof RawResolved>;
 /** Unix milliseconds; 0 = not set. */
 export const Millis = z.number().int().nonnegative();
 
+/** The name of a preset or watchfolder: what operators pick it by in lists and logs, so never blank. */
+export const ResourceName = z
+  .string()
+  .min(1)
+  .max(200)
+  .refine((s) => s.trim() !== '', { message: 'must not be blank' });
+
 export const Uuid = z.string().uuid();
 
 /** Free-form JSON object. */

@@ -1,10 +1,10 @@
 import { z } from 'zod';
-import { DirectWebhook, Label, Millis } from './common.ts';
+import { DirectWebhook, Label, Millis, ResourceName } from './common.ts';
 import { MAX_TEXT, PostProcessingInput, PreProcessingInput, Priority } from './task.ts';
 
 /** Body of `POST/PUT /api/v1/presets`. PUT replaces the whole definition. */
 export const PresetCreate = z.strictObject({
-  name: z.string().min(1).max(200),
+  name: ResourceName,
   description: z.string().max(4000).optional(),
   command: z.string().min(1).max(MAX_TEXT),
   outputFile: z.string().max(MAX_TEXT).optional(),

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { Millis } from './common.ts';
+import { Millis, ResourceName } from './common.ts';
 
 const Extension = z
   .string()
@@ -22,7 +22,7 @@ export const MAX_INTERVAL_S = 86_400;
 
 /** Body of `POST/PUT /api/v1/watchfolders`. */
 export const WatchfolderCreate = z.strictObject({
-  name: z.string().min(1).max(200),
+  name: ResourceName,
   description: z.string().max(4000).optional(),
   interval: z.number().int().min(1).max(MAX_INTERVAL_S),
   growthChecks: z.number().int().min(1).max(1000),
