@@ -1,3 +1,4 @@
+import { gzipSync } from 'node:zlib';
 import { describe, expect, it } from 'vitest';
 import { appVariant, countRows, expectProblem, json, UNKNOWN_ID, VALID } from '../../../test/api/support.ts';
 import { createTestApp, useTestApp } from '../../../test/helpers/app.ts';
@@ -143,6 +144,17 @@ describe('error responses', () => {
       await t.app.request('/api/v1/tasks', { method: 'POST', body: new Uint8Array([123, 125]) }),
       415,
     );
+    // A compressed JSON body says why it is refused, not "Unexpected token".
+    const gzipped = await expectProblem(
+      await t.app.request('/api/v1/tasks', {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json', 'Content-Encoding': 'gzip' },
+        body: gzipSync(body),
+      }),
+      415,
+      'UNSUPPORTED_MEDIA_TYPE',
+    );
+    expect(gzipped.detail).toContain('Content-Encoding "gzip"');
     // JSON with a charset or a +json suffix is JSON.
     for (const type of [
       'application/json; charset=utf-8',

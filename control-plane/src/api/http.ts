@@ -42,6 +42,16 @@ export async function parseJsonBody<T>(
       'the body must be JSON sent with Content-Type: application/json',
     );
   }
+  // A compressed body would be read as text and fail as "not valid JSON: Unexpected token …".
+  const encoding = (c.req.header('content-encoding') ?? 'identity').trim().toLowerCase();
+  if (encoding !== '' && encoding !== 'identity') {
+    throw new HttpError(
+      415,
+      'UNSUPPORTED_MEDIA_TYPE',
+      'Unsupported Media Type',
+      `Content-Encoding ${JSON.stringify(encoding)} is not accepted; send the JSON body uncompressed`,
+    );
+  }
   const raw = await c.req.text();
   if (raw.trim() === '')
     throw new BadRequestError('MALFORMED_JSON', 'the request body is empty; a JSON object was expected');
