@@ -117,13 +117,18 @@ describe('all-in-one (ffleet start)', () => {
         'start',
       ),
     ];
-    for (const p of cases) {
-      expect(await p.exited).toEqual({ code: 1, signal: null });
-      const text = p.output();
-      expect(text).toMatch(
-        /^ffleet: agent failed to start: ENOTDIR: not a directory, mkdir '.*agent-blocked\/outbox'$/m,
-      );
-      expect(text).not.toMatch(/^\s+at /m);
+    try {
+      for (const p of cases) {
+        expect(await p.exited).toEqual({ code: 1, signal: null });
+        const text = p.output();
+        expect(text).toMatch(
+          /^ffleet: agent failed to start: ENOTDIR: not a directory, mkdir '.*agent-blocked\/outbox'$/m,
+        );
+        expect(text).not.toMatch(/^\s+at /m);
+      }
+    } finally {
+      // A failed expectation above must not leave the other case running (it outlived a CI run once).
+      await Promise.all(cases.map((p) => (p.running ? p.terminate('SIGKILL') : undefined)));
     }
   }, 120_000);
 });
