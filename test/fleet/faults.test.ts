@@ -178,12 +178,16 @@ describe('agent faults', () => {
       /ffleet: another agent process named "[^"]+" \(on host [^)]+\) was connected first/,
     );
     expect(second.output()).toContain('FFLEET_AGENT_NAME');
-    // The first one is still the agent of that name, online, and finishes the task. (Until the second
-    // is refused, the broker hands the name's connection back and forth and publishes the other's Last
-    // Will each time, so the task may be requeued and run again: its attempt is not checked.)
+    // The first one is still the agent of that name, online, and finishes the task in its first attempt:
+    // the second one's hello (it runs nothing) does not hand the task to someone else before the second
+    // is refused.
     expect(first.running).toBe(true);
     const done = await c.api.waitForTask(task.id, undefined, 60_000);
-    expect(done, done.error).toMatchObject({ status: 'DONE_SUCCESSFUL', agent: { name: first.label } });
+    expect(done, done.error).toMatchObject({
+      status: 'DONE_SUCCESSFUL',
+      agent: { name: first.label },
+      attempt: 1,
+    });
     expect(md5(target)).toBe(reference[clip4]);
     await waitFor(
       async () => (await c.api.getAgent(first.label))?.status === 'online',

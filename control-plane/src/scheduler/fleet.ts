@@ -61,6 +61,13 @@ export type FleetOptions = {
  */
 const SWEEP_MIN_MS = 100;
 const SWEEP_MAX_MS = 3_000;
+/**
+ * How long the tasks a hello does not list wait before they are requeued: long enough for the process
+ * that held the agent's name to reconnect (its reconnect backoff starts at 250 ms) and get a second
+ * process of that name refused, short against a lease.
+ */
+export const HELLO_REQUEUE_GRACE_MS = 5_000;
+
 export const sweepEveryMs = (leaseTtlMs: number): number =>
   Math.min(SWEEP_MAX_MS, Math.max(SWEEP_MIN_MS, Math.round(leaseTtlMs / 10)));
 /** Heartbeats come every few seconds; three missed ones mean the agent is gone. */
@@ -127,6 +134,8 @@ export class Fleet implements FleetHooks {
   #listening = false;
   /** Which processes hold each agent name: two live processes sharing one are told apart (name-claims.ts). */
   readonly #names = new NameClaims();
+  /** Pending second halves of hello reconciliations (#requeueLost). */
+  readonly #helloTimers = new Set<NodeJS.Timeout>();
   /** `requires` lists of tasks just queued, to log those no agent offers (requirements.ts). */
   readonly #requirements = new RequirementCheck();
 
@@ -180,6 +189,7 @@ export class Fleet implements FleetHooks {
   async stop(): Promise<void> {
     this.#stopped = true;
     if (this.#sweepTimer) clearInterval(this.#sweepTimer);
+    for (const t of this.#helloTimers) clearTimeout(t);
     if (this.#hintTimer) clearImmediate(this.#hintTimer);
     await this.#serial.drain();
     while (this.#inFlight.size) await Promise.allSettled([...this.#inFlight]);
@@ -296,22 +306,51 @@ export class Fleet implements FleetHooks {
     const agent = await this.#agent(name);
     if (!agent) return; // Its birth (retained, sent first) creates the record; hello without it is noise.
     await this.#stopStale(name, await renewLeases(this.#ctx, agent.id, hello.running, this.#o.leaseTtlMs));
-    // Tasks we think it runs that it does not list were lost with its previous process: requeue now.
+    // Tasks we think it runs that it does not list were lost with its previous process: requeued after
+    // a short grace, unless this process has been refused meanwhile. A second process that took the
+    // name (a cloned box) says hello before the first one is back and gets it refused; requeued at once,
+    // the first one's running task went to another attempt and its ffmpeg was killed (QA).
     const listed = new Set(hello.running.map((r) => r.taskId));
     const mine = await db
-      .select({ id: tasks.id })
+      .select({ id: tasks.id, attempt: tasks.attempt })
       .from(tasks)
       .where(and(eq(tasks.agentId, agent.id), taskIsRunning));
-    const lost = mine.map((t) => t.id).filter((id) => !listed.has(id));
+    const lost = mine.filter((t) => !listed.has(t.id));
     if (lost.length) {
-      const r = await sweepExpiredLeases(this.#ctx, {
-        onlyIds: lost,
-        reason: `agent ${name} restarted without it`,
-      });
-      this.#log.warn({ agent: name, ...r }, 'reconciled tasks the agent no longer runs');
-      this.workAvailable();
+      const timer = setTimeout(() => {
+        this.#helloTimers.delete(timer);
+        void this.#serial.run(name, () => this.#requeueLost(name, agent.id, hello.bootId, lost, now));
+      }, HELLO_REQUEUE_GRACE_MS);
+      this.#helloTimers.add(timer);
     }
     await this.#sendConfig(agent, true);
+  }
+
+  /**
+   * The second half of a hello's reconciliation (see #onHello): the tasks still on that agent in the
+   * same attempt (not finished, reported by another hello or requeued meanwhile) go back to the queue.
+   */
+  async #requeueLost(
+    name: string,
+    agentId: string,
+    bootId: string,
+    lost: { id: string; attempt: number }[],
+    helloAt: number,
+  ): Promise<void> {
+    if (this.#stopped || this.#names.isRefused(bootId)) return;
+    const still = await this.#ctx.database.db
+      .select({ id: tasks.id, attempt: tasks.attempt, leaseExpiresAt: tasks.leaseExpiresAt })
+      .from(tasks)
+      .where(and(eq(tasks.agentId, agentId), taskIsRunning));
+    const onlyIds = still
+      .filter((t) => lost.some((l) => l.id === t.id && l.attempt === t.attempt))
+      // A lease renewed after the hello (by a heartbeat or hello of the process running it) is alive.
+      .filter((t) => t.leaseExpiresAt <= helloAt + this.#o.leaseTtlMs)
+      .map((t) => t.id);
+    if (!onlyIds.length) return;
+    const r = await sweepExpiredLeases(this.#ctx, { onlyIds, reason: `agent ${name} restarted without it` });
+    this.#log.warn({ agent: name, ...r }, 'reconciled tasks the agent no longer runs');
+    this.workAvailable();
   }
 
   async #onHeartbeat(name: string, hb: AgentHeartbeat): Promise<void> {
