@@ -66,8 +66,8 @@ export async function runScriptStep(input: ScriptStepInput): Promise<StepOutcome
 
   const finish = (outcome: StepOutcome, extra: TaskPatch = {}): StepOutcome => {
     const error = outcome.kind === 'failed' ? outcome.error : '';
+    // The error reaches the agent log once, with the task's result (runTask).
     state.apply({ ...extra, [field]: { ...started, finishedAt: input.now().getTime(), error } });
-    if (error) input.logs.agent.add(error);
     return outcome;
   };
 

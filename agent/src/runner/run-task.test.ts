@@ -305,6 +305,8 @@ describe('runTask: failures', () => {
     expect(step?.finishedAt).toBeGreaterThan(0);
     expect(reporter.last()).toMatchObject({ status: 'DONE_ERROR', error: result.error });
     expect(reporter.text('pre')).toBe('checking\ninput rejected: too short\n');
+    // The failure is in the agent's log once.
+    expect(reporter.text('agent').split(result.error)).toHaveLength(2);
   });
 
   it('fails when the pre-processing script cannot be started', async () => {
