@@ -2,6 +2,7 @@
 // bundle without the tsx loader and without commander or the control plane's modules (agent RSS).
 import pino, { type Logger } from 'pino';
 import { AgentConfigError, parseAgentConfig } from '../agent/src/config.ts';
+import { urlForLogs } from '../agent/src/session/url-for-logs.ts';
 
 /** Exit code for an invalid configuration (CONTRACT/issue: one line naming the variable, exit 2). */
 export const EXIT_CONFIG = 2;
@@ -83,7 +84,10 @@ export async function runAgent(version: string): Promise<void> {
     },
   });
   await agent.start().catch((err: unknown) => agentStartFailed(logger, err));
-  logger.info({ agent: config.name, broker: config.mqttUrl, slots: config.slots }, 'agent started');
+  logger.info(
+    { agent: config.name, broker: urlForLogs(config.mqttUrl), slots: config.slots },
+    'agent started',
+  );
   onSignals(
     logger,
     async () => {

@@ -20,6 +20,7 @@ import type { Outbox, PutResult } from '../outbox/outbox.ts';
 import { OutboxPublisher } from './outbox-publisher.ts';
 import { type BackoffOptions, computeBackoffMs, DEFAULT_BACKOFF } from './reconnect-backoff.ts';
 import { type AwaitResult, RequestWaiters } from './request-waiters.ts';
+import { urlForLogs } from './url-for-logs.ts';
 
 /** What the agent announces about itself; the session adds name, state, bootId and ts. */
 export type BirthInfo = Omit<AgentBirth, 'state' | 'bootId' | 'ts' | 'name'>;
@@ -71,6 +72,8 @@ const STOP_FLUSH_TIMEOUT_MS = 2_000;
  */
 export class AgentSession extends EventEmitter<SessionEvents> {
   readonly bootId: string;
+  /** The broker URL without credentials, for logs. */
+  private readonly shownUrl: string;
   private readonly opts: AgentSessionOptions;
   private readonly logger: Logger;
   private readonly waiters = new RequestWaiters();
@@ -89,6 +92,7 @@ export class AgentSession extends EventEmitter<SessionEvents> {
     if (!AGENT_ID_RE.test(opts.name)) throw new Error(`invalid agent name ${JSON.stringify(opts.name)}`);
     this.opts = opts;
     this.bootId = opts.bootId ?? randomUUID();
+    this.shownUrl = urlForLogs(opts.url);
     this.logger = opts.logger.child({ component: 'session' });
     this.sender = new OutboxPublisher({
       outbox: opts.outbox,
@@ -233,7 +237,7 @@ export class AgentSession extends EventEmitter<SessionEvents> {
     this.announce(client);
     const replayed = this.sender.goOnline();
     this.ready = true;
-    this.logger.info({ url: this.opts.url, replayed }, 'connected to the broker');
+    this.logger.info({ url: this.shownUrl, replayed }, 'connected to the broker');
     this.emitSafely('connection', true);
   }
 
@@ -276,11 +280,11 @@ export class AgentSession extends EventEmitter<SessionEvents> {
     this.failureLogged = kind;
     if (kind === 'auth') {
       this.logger.error(
-        { url: this.opts.url, code, err: err.message },
+        { url: this.shownUrl, code, err: err.message },
         'broker refused this agent: check the agent name and token; retrying with backoff',
       );
     } else {
-      this.logger.warn({ url: this.opts.url, err: err.message }, 'broker unreachable; retrying with backoff');
+      this.logger.warn({ url: this.shownUrl, err: err.message }, 'broker unreachable; retrying with backoff');
     }
   }
 
