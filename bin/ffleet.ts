@@ -1,4 +1,4 @@
-import { Command } from 'commander';
+import { Command, CommanderError } from 'commander';
 import { AgentConfigError, parseAgentConfig } from '../agent/src/config.ts';
 import type { FleetAgent } from '../agent/src/fleet-agent.ts';
 import { ConfigError, type ControlPlaneConfig, parseConfig } from '../control-plane/src/config/config.ts';
@@ -11,22 +11,62 @@ import { agentStartFailed, EXIT_CONFIG, makeLogger, onSignals, runAgent } from '
 const loadControlPlane = () => import('../control-plane/src/control-plane.ts');
 const loadAgent = () => import('../agent/src/fleet-agent.ts');
 
-function configOrExit<T>(parse: () => T): T {
+const CONFIG_PREFIX = 'invalid configuration: ';
+
+/** The problems a config parse reports (`VAR: rule` parts), or the parsed value. */
+function problemsOf<T>(parse: () => T): { ok: true; value: T } | { ok: false; problems: string[] } {
   try {
-    return parse();
+    return { ok: true, value: parse() };
   } catch (err) {
     if (err instanceof ConfigError || err instanceof AgentConfigError) {
-      process.stderr.write(`ffleet: ${err.message}\n`);
-      process.exit(EXIT_CONFIG);
+      return { ok: false, problems: err.message.replace(CONFIG_PREFIX, '').split('; ') };
     }
     throw err;
   }
 }
 
+/** One line naming every invalid variable (README, Configuration), exit code 2. */
+function exitInvalid(problems: string[]): never {
+  process.stderr.write(`ffleet: ${CONFIG_PREFIX}${[...new Set(problems)].join('; ')}\n`);
+  process.exit(EXIT_CONFIG);
+}
+
+/** The local agent's environment: the control plane's broker, token and data dir. */
+const localAgentEnv = (env: NodeJS.ProcessEnv, mqttUrl: string, token: string, dataDir: string) => ({
+  ...env,
+  MQTT_URL: mqttUrl,
+  FFLEET_AGENT_TOKEN: token,
+  FFLEET_DATA_DIR: dataDir,
+});
+
 async function runControlPlane(withLocalAgent: boolean): Promise<void> {
   const env = { ...process.env };
   if (withLocalAgent && env.FFLEET_LOCAL_AGENT === undefined) env.FFLEET_LOCAL_AGENT = '1';
-  const config: ControlPlaneConfig = configOrExit(() => parseConfig(env));
+  // Both configurations are checked before anything starts, so that one line names every invalid
+  // variable, the local agent's too (its broker URL and token come from the control plane later:
+  // stand-ins here).
+  const parsed = problemsOf(() => parseConfig(env));
+  const localAgent = parsed.ok
+    ? parsed.value.localAgent
+    : ['1', 'true'].includes(env.FFLEET_LOCAL_AGENT ?? '');
+  const agentChecked = localAgent
+    ? problemsOf(() =>
+        parseAgentConfig(
+          localAgentEnv(
+            env,
+            'mqtt://127.0.0.1:1883',
+            'a-stand-in-token',
+            parsed.ok ? parsed.value.dataDir : (env.FFLEET_DATA_DIR ?? './data'),
+          ),
+        ),
+      )
+    : null;
+  const problems = [
+    ...(parsed.ok ? [] : parsed.problems),
+    ...(agentChecked?.ok === false ? agentChecked.problems : []),
+  ];
+  if (!parsed.ok || problems.length) exitInvalid(problems);
+  const config: ControlPlaneConfig = parsed.value;
   const logger = makeLogger(config.logLevel);
   let cp: RunningControlPlane;
   try {
@@ -39,14 +79,14 @@ async function runControlPlane(withLocalAgent: boolean): Promise<void> {
   }
   let agent: FleetAgent | null = null;
   if (config.localAgent) {
-    const agentConfig = configOrExit(() =>
-      parseAgentConfig({
-        ...env,
-        MQTT_URL: cp.mqttUrl,
-        FFLEET_AGENT_TOKEN: cp.agentToken,
-        FFLEET_DATA_DIR: config.dataDir,
-      }),
+    const agentParsed = problemsOf(() =>
+      parseAgentConfig(localAgentEnv(env, cp.mqttUrl, cp.agentToken, config.dataDir)),
     );
+    if (!agentParsed.ok) {
+      await cp.stop().catch(() => {});
+      exitInvalid(agentParsed.problems);
+    }
+    const agentConfig = agentParsed.value;
     const { FleetAgent } = await loadAgent();
     agent = new FleetAgent({ config: agentConfig, logger, version: VERSION });
     try {
@@ -79,7 +119,13 @@ async function runControlPlane(withLocalAgent: boolean): Promise<void> {
 const program = new Command()
   .name('ffleet')
   .description('Media transcoding task service: control plane and encode-box agents')
-  .version(VERSION);
+  .version(VERSION)
+  // A usage mistake is a configuration error: one line and exit code 2 (systemd does not restart it),
+  // like an invalid variable; help and --version still exit 0.
+  .exitOverride()
+  .configureOutput({
+    writeErr: (s) => process.stderr.write(s.startsWith('error: ') ? `ffleet: ${s.slice(7)}` : s),
+  });
 program
   .command('start')
   .description('all-in-one: control plane, embedded database and broker, one local agent')
@@ -93,4 +139,13 @@ program
   .description('an agent for an encode box')
   .action(() => runAgent(VERSION));
 
-await program.parseAsync(process.argv);
+if (process.argv.length <= 2) {
+  process.stderr.write('ffleet: missing command: start | control-plane | agent (ffleet --help lists them)\n');
+  process.exit(EXIT_CONFIG);
+}
+try {
+  await program.parseAsync(process.argv);
+} catch (err) {
+  if (!(err instanceof CommanderError)) throw err;
+  process.exit(err.exitCode === 0 ? 0 : EXIT_CONFIG);
+}

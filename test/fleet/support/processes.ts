@@ -12,7 +12,7 @@ const OUTPUT_LIMIT = 256 * 1024;
 const TERM_GRACE_MS = 15_000;
 
 /** Variables a child must not inherit from the test environment: the cluster sets its own. */
-const OWN_VARS = /^(DATABASE_URL|MQTT_URL|MQTT_PORT|PORT|HOST|LOG_LEVEL|NODE_OPTIONS|FFLEET_.*)$/;
+export const OWN_VARS = /^(DATABASE_URL|MQTT_URL|MQTT_PORT|PORT|HOST|LOG_LEVEL|NODE_OPTIONS|FFLEET_.*)$/;
 
 /** A TCP port that was free a moment ago (bound on all interfaces, as the embedded broker does). */
 export function findFreePort(): Promise<number> {

@@ -1,0 +1,53 @@
+// Mistakes in how `ffleet` is started: one line on stderr and exit code 2, before anything starts.
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { OWN_VARS, REPO_ROOT } from '../fleet/support/processes.ts';
+
+const dir = mkdtempSync(join(tmpdir(), 'ffleet-usage-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+function ffleet(args: string[], env: Record<string, string> = {}) {
+  const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !OWN_VARS.test(k)));
+  const r = spawnSync(process.execPath, [join(REPO_ROOT, 'bin/ffleet.js'), ...args], {
+    cwd: REPO_ROOT,
+    env: { ...base, FFLEET_DATA_DIR: join(dir, 'data'), ...env },
+    encoding: 'utf8',
+    timeout: 60_000,
+  });
+  return { code: r.status, stderr: r.stderr.trim(), stdout: r.stdout.trim() };
+}
+
+describe('ffleet usage and configuration errors', () => {
+  it('a missing or unknown command, a stray argument or option: one line, exit code 2', () => {
+    for (const [args, line] of [
+      [[], 'ffleet: missing command: start | control-plane | agent (ffleet --help lists them)'],
+      [['frobnicate'], "ffleet: unknown command 'frobnicate'"],
+      [['start', 'extra'], "ffleet: too many arguments for 'start'. Expected 0 arguments but got 1."],
+      [['agent', '--bogus'], "ffleet: unknown option '--bogus'"],
+    ] as const) {
+      expect(ffleet([...args]), args.join(' ')).toMatchObject({ code: 2, stderr: line });
+    }
+    expect(ffleet(['--version'])).toMatchObject({ code: 0 });
+  }, 120_000);
+
+  it("`ffleet start` names every invalid variable, the local agent's too, before starting anything", () => {
+    const r = ffleet(['start'], { LOG_LEVEL: 'loud', FFLEET_AGENT_SLOTS: 'abc', PORT: '99999' });
+    expect(r.code).toBe(2);
+    expect(r.stderr.split('\n')).toHaveLength(1);
+    expect(r.stderr).toMatch(/^ffleet: invalid configuration: /);
+    for (const v of ['LOG_LEVEL', 'PORT', 'FFLEET_AGENT_SLOTS']) expect(r.stderr).toContain(`${v}: `);
+    // Nothing started: no database, no agent token.
+    expect(existsSync(join(dir, 'data'))).toBe(false);
+    // Only the agent's variable wrong: the same, before the control plane is up.
+    const agentOnly = ffleet(['start'], { FFLEET_AGENT_SLOTS: 'abc' });
+    expect(agentOnly).toMatchObject({
+      code: 2,
+      stderr: 'ffleet: invalid configuration: FFLEET_AGENT_SLOTS: must be a number, got "abc"',
+      stdout: '',
+    });
+    expect(existsSync(join(dir, 'data'))).toBe(false);
+  }, 120_000);
+});
