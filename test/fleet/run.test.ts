@@ -289,6 +289,23 @@ describe('cancel and restart', () => {
     expect((await c.api.patch(`/api/v1/tasks/${task.id}/cancel`)).status).toBe(409);
   });
 
+  it('deletes a running task after cancelling it: the transcoder is gone and the partial output removed when it answers', async () => {
+    const target = out('delete-running.mp4');
+    const task = await c.api.createTask({
+      command: `-re ${ENCODE}`,
+      inputFile: longInput,
+      outputFile: target,
+    });
+    await c.api.waitForTask(task.id, (t) => t.status === 'RUNNING' && t.progress > 0, 30_000);
+    await waitFor(() => existsSync(target) && processesMatching(target).length > 0, 10_000, 'ffmpeg writing');
+    const r = await c.api.request('DELETE', `/api/v1/tasks/${task.id}`);
+    expect(r.status).toBe(204);
+    // "cancels first if running, then deletes" (CONTRACT): done by the time the answer comes.
+    expect(processesMatching(target)).toEqual([]);
+    expect(existsSync(target)).toBe(false);
+    expect((await c.api.request('GET', `/api/v1/tasks/${task.id}`)).status).toBe(404);
+  });
+
   it('cancels a queued task at once', async () => {
     const task = await c.api.createTask({
       command: ENCODE,

@@ -529,6 +529,16 @@ export async function restartTask(ctx: ServiceContext, id: string): Promise<Task
 
 /** Cancels first if running (the agent is told to stop), then deletes; emits `task.deleted`. */
 export async function deleteTask(ctx: ServiceContext, id: string): Promise<void> {
+  // CONTRACT: "cancels first if running, then deletes". The cancel waits (briefly) for the agent's
+  // report, so subscribers see the task end DONE_CANCELED, its partial output gone, before task.deleted
+  // (whose snapshot said RUNNING before). An agent that does not answer in time is told again below.
+  const current = isUuid(id) ? await getTaskRow(ctx.database.db, id) : null;
+  if (current && !isDoneStatus(current.status) && current.agentId) {
+    await cancelTask(ctx, id).catch((err: unknown) => {
+      // Finished or deleted meanwhile: the delete below sees the row as it now is.
+      if (!(err instanceof ConflictError || err instanceof NotFoundError)) throw err;
+    });
+  }
   let stop: TaskRow | null = null;
   await transact(ctx, async (tx, ev) => {
     const now = ctx.now();
