@@ -262,21 +262,26 @@ describe('scheduling', () => {
 });
 
 describe('cancel and restart', () => {
-  it('cancels a running task: the transcoder is killed and the partial output removed', async () => {
-    const target = out('cancel-running.mp4');
-    // -re reads the 30 s input in real time, so the encode is still running when we cancel.
+  /** A task whose ffmpeg is writing `name` in the output dir: -re reads the 30 s input in real time. */
+  async function longEncode(name: string) {
+    const target = out(name);
     const task = await c.api.createTask({
       command: `-re ${ENCODE}`,
       inputFile: longInput,
       outputFile: target,
     });
     const running = await c.api.waitForTask(task.id, (t) => t.status === 'RUNNING' && t.progress > 0, 30_000);
+    await waitFor(() => existsSync(target) && processesMatching(target).length > 0, 10_000, 'ffmpeg writing');
+    return { task, running, target };
+  }
+
+  it('cancels a running task: the transcoder is killed and the partial output removed', async () => {
+    const { task, running, target } = await longEncode('cancel-running.mp4');
     // The resolved values the agent holds back at the start of a transcode ride on its first progress
     // report at the latest: a running task never shows progress without them.
     expect(running.command.resolved).toContain(target);
     expect(running.inputFile.resolved).toBe(longInput);
     expect(running.outputFile.resolved).toBe(target);
-    await waitFor(() => existsSync(target) && processesMatching(target).length > 0, 10_000, 'ffmpeg writing');
 
     const r = await c.api.patch<Task>(`/api/v1/tasks/${task.id}/cancel`);
     expect(r.status).toBe(200);
@@ -290,14 +295,7 @@ describe('cancel and restart', () => {
   });
 
   it('deletes a running task after cancelling it: the transcoder is gone and the partial output removed when it answers', async () => {
-    const target = out('delete-running.mp4');
-    const task = await c.api.createTask({
-      command: `-re ${ENCODE}`,
-      inputFile: longInput,
-      outputFile: target,
-    });
-    await c.api.waitForTask(task.id, (t) => t.status === 'RUNNING' && t.progress > 0, 30_000);
-    await waitFor(() => existsSync(target) && processesMatching(target).length > 0, 10_000, 'ffmpeg writing');
+    const { task, target } = await longEncode('delete-running.mp4');
     const r = await c.api.request('DELETE', `/api/v1/tasks/${task.id}`);
     expect(r.status).toBe(204);
     // "cancels first if running, then deletes" (CONTRACT): done by the time the answer comes.
