@@ -5,9 +5,11 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
+import { nativeSpawnStatus } from '../../agent/src/runner/native-spawn.ts';
 import {
   CLUSTER_START_TIMEOUT_MS,
   clusterHooks,
+  descendantPids,
   makeTestVideo,
   processesMatching,
   TestCluster,
@@ -61,7 +63,13 @@ describe('agent faults', () => {
       outputFile: target,
     });
     expect(task.attempt).toBe(1);
+    const transcoders = descendantPids(runner.pid).filter(isTranscoder);
+    expect(transcoders.length).toBe(1);
     const killedAt = Date.now();
+    // The agent alone: its transcoder must not outlive it, writing the output attempt 2 will own.
+    process.kill(runner.pid, 'SIGKILL');
+    if (nativeSpawnStatus().available)
+      await waitFor(() => !transcoders.some(isTranscoder), 2_000, "the killed agent's transcoder gone");
     await runner.terminate('SIGKILL');
 
     const requeued = await c.api.waitForTask(task.id, (t) => t.attempt === 2, 30_000);

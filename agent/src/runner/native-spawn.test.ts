@@ -1,4 +1,4 @@
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { chmodSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -158,6 +158,43 @@ describe('native spawner', () => {
       expect(r.stdout).toBe('started true\nexit 0 null\n');
       expect(r.status).toBe(0);
       expect(Date.now() - started).toBeGreaterThanOrEqual(300);
+    });
+
+    it('takes the process with it when the agent dies, even by SIGKILL', async () => {
+      // A parent that starts a long sleep, says its pid and waits to be killed.
+      const program = `
+        const ns = require(${JSON.stringify(NATIVE_SPAWN_PATH)});
+        const pid = ns.spawn('/bin/sleep', ['sleep', '60'], [], null, 1, 2, () => {});
+        console.log(pid);
+        setInterval(() => {}, 1000);`;
+      const parent = spawn(process.execPath, ['-e', program], { stdio: ['ignore', 'pipe', 'inherit'] });
+      const childPid = await new Promise<number>((resolve, reject) => {
+        parent.stdout.once('data', (d: Buffer) => resolve(Number(d.toString().trim())));
+        parent.once('exit', () => reject(new Error('the parent exited before starting its child')));
+      });
+      const alive = (pid: number) => {
+        try {
+          // A zombie is dead too: it waits for init to reap it.
+          return !/^State:\s+Z/m.test(readFileSync(`/proc/${pid}/status`, 'utf8'));
+        } catch {
+          return false;
+        }
+      };
+      try {
+        expect(childPid).toBeGreaterThan(0);
+        expect(alive(childPid)).toBe(true);
+        parent.kill('SIGKILL');
+        const deadline = Date.now() + 2_000;
+        while (alive(childPid) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+        expect(alive(childPid)).toBe(false);
+      } finally {
+        parent.kill('SIGKILL');
+        try {
+          process.kill(childPid, 'SIGKILL');
+        } catch {
+          // Gone, as it should be.
+        }
+      }
     });
   });
 });
