@@ -244,6 +244,8 @@ export const deliveries = pgTable(
   (t) => [
     index('deliveries_due_idx').on(t.nextAttemptAt).where(sql`state = 'pending'`),
     index('deliveries_task_idx').on(t.taskId, t.url),
+    // A webhook's PUT (new target) and DELETE (drop what is left) touch its pending rows only.
+    index('deliveries_webhook_pending_idx').on(t.webhookId).where(sql`state = 'pending'`),
     // Coalescing looks up a target's pending and last-delivered progress deliveries.
     index('deliveries_pending_target_idx').on(t.taskId, t.url, t.createdAt).where(sql`state = 'pending'`),
     index('deliveries_progress_sent_idx')

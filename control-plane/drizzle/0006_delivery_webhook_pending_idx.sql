@@ -1,0 +1,1 @@
+CREATE INDEX "deliveries_webhook_pending_idx" ON "deliveries" USING btree ("webhook_id") WHERE state = 'pending';
