@@ -113,6 +113,24 @@ describe('watchfolder routes', () => {
     );
   });
 
+  it('stores the path normalised: one folder has one spelling', async () => {
+    const spellings = ['/media/in/', '/media//in', '/media/x/../in/.', '/media/in'];
+    for (const [i, path] of spellings.entries()) {
+      const wf = await create({ ...VALID.watchfolder(preset), name: `spelled-${i}`, path });
+      expect(wf.path).toBe('/media/in');
+      const put = await json(
+        await t.call('PUT', `/api/v1/watchfolders/${wf.id}`, {
+          ...VALID.watchfolder(preset),
+          name: `spelled-${i}`,
+          path: `${path}/sub/`,
+        }),
+      );
+      expect(put.path).toBe('/media/in/sub');
+    }
+    const win = await create({ ...VALID.watchfolder(preset), name: 'spelled-win', path: 'D:/media/in/' });
+    expect(win.path).toBe('D:\\media\\in');
+  });
+
   it('lets exactly one of several concurrent creates with one name win; the others are 409', async () => {
     const body = { ...VALID.watchfolder(preset), name: 'raced' };
     const results = await Promise.all(

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { posix, win32 } from 'node:path';
 import type { PageQuery, Watchfolder, WatchfolderCreate } from '@ffleet/shared';
 import { and, count, desc, eq, ne } from 'drizzle-orm';
 import { ConflictError, NotFoundError, ValidationError } from '../api/errors.ts';
@@ -58,13 +59,24 @@ async function checkRefs(tx: Db, input: WatchfolderCreate, selfId: string | null
     );
 }
 
+/**
+ * The folder's path as stored and shown: `/media/in/`, `/media//in` and `/media/x/../in` are one folder,
+ * `/media/in` (a rename or a changed pin compares paths, and tasks carry it in their metadata).
+ */
+export function normalizeFolderPath(path: string): string {
+  const flavour = path.startsWith('/') ? posix : win32;
+  const p = flavour.normalize(path);
+  const root = flavour.parse(p).root;
+  return p.length > root.length ? p.replace(/[\\/]+$/, '') : p;
+}
+
 const values = (input: WatchfolderCreate) => ({
   name: input.name,
   description: input.description ?? '',
   interval: input.interval,
   growthChecks: input.growthChecks,
   presetId: input.preset,
-  path: input.path,
+  path: normalizeFolderPath(input.path),
   suspended: input.suspended ?? false,
   filter: {
     extensions: {
