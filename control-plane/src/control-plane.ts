@@ -5,6 +5,7 @@ import { count, eq } from 'drizzle-orm';
 import type { Logger } from 'pino';
 import { agentTokenPath, loadAgentToken } from './agent-token.ts';
 import { createApp } from './api/app.ts';
+import { answerClientErrors } from './api/client-errors.ts';
 import { createMetrics } from './api/metrics.ts';
 import { redeliverThrough } from './api/webhooks.ts';
 import { ControlPlaneClient } from './broker/control-plane-client.ts';
@@ -40,6 +41,7 @@ function listen(
     const server = serve({ fetch: app.fetch, hostname: host, port }, (info) =>
       resolve({ server, port: info.port }),
     );
+    answerClientErrors(server);
     server.once('error', (err: NodeJS.ErrnoException) =>
       reject(
         err.code === 'EADDRINUSE'

@@ -219,3 +219,13 @@ describe('garbage from an authenticated agent client', () => {
     }
   });
 });
+
+describe('garbage from an HTTP client', () => {
+  it('answers a URL over 16 KB with a 431 problem, as any other error, and keeps serving', async () => {
+    const r = await fetch(`${c.api.baseUrl}/api/v1/tasks?status=${'x'.repeat(20_000)}`);
+    expect(r.status).toBe(431);
+    expect(r.headers.get('content-type')).toBe('application/problem+json');
+    expect(await r.json()).toMatchObject({ status: 431, code: 'HEADERS_TOO_LARGE' });
+    expect((await fetch(`${c.api.baseUrl}/health`)).status).toBe(200);
+  });
+});
