@@ -4,12 +4,13 @@ import { type Context, Hono } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import { matchedRoutes } from 'hono/route';
 import type { EventBus } from '../events/event-bus.ts';
+import { EventHistory } from '../events/event-history.ts';
 import type { ServiceContext } from '../services/context.ts';
 import { apiReference } from '../ui/api-reference.ts';
 import { agentsApi } from './agents.ts';
 import type { ApiEnv } from './app-env.ts';
 import { batchesApi } from './batches.ts';
-import { HttpError, UnauthorizedError } from './errors.ts';
+import { HttpError, problemBody, UnauthorizedError } from './errors.ts';
 import { eventStream } from './events-stream.ts';
 import { checkQueryText } from './http.ts';
 import type { Metrics } from './metrics.ts';
@@ -53,14 +54,7 @@ function tokenMatches(given: string, tokens: Buffer[]): boolean {
 }
 
 function problem(c: Context, err: HttpError) {
-  const body = {
-    type: `https://ffleet.dev/problems/${err.code.toLowerCase().replace(/_/g, '-')}`,
-    title: err.title,
-    status: err.status,
-    detail: err.message,
-    code: err.code,
-    ...(err.errors?.length ? { errors: err.errors } : {}),
-  };
+  const body = problemBody(err.status, err.title, err.code, err.message, err.errors);
   return c.body(JSON.stringify(body), err.status as 400, { 'Content-Type': 'application/problem+json' });
 }
 
@@ -84,6 +78,7 @@ export function createApp(deps: AppDeps) {
   const remote = deps.remoteAddress ?? defaultRemote;
   const openapi = JSON.stringify(buildOpenApi(deps.version));
   const logger = deps.ctx.logger;
+  const eventHistory = new EventHistory(deps.bus); // records once the first SSE client connects
 
   app.use('*', async (c, next) => {
     const requestId = c.req.header('x-request-id')?.slice(0, 100) || randomUUID();
@@ -158,7 +153,7 @@ export function createApp(deps: AppDeps) {
   app.get('/api/v1/version', (c) => c.json({ version: deps.version }));
   app.get('/api/v1/openapi.json', (c) => c.body(openapi, 200, { 'Content-Type': 'application/json' }));
   app.route('/api/v1/docs', apiReference);
-  app.get('/api/v1/events', (c) => eventStream(c, deps.bus, logger));
+  app.get('/api/v1/events', (c) => eventStream(c, eventHistory, logger));
   app.route('/api/v1/tasks', tasksApi);
   app.route('/api/v1/batches', batchesApi);
   app.route('/api/v1/presets', presetsApi);

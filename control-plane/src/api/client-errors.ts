@@ -1,5 +1,6 @@
 import type { EventEmitter } from 'node:events';
 import type { Duplex } from 'node:stream';
+import { problemBody } from './errors.ts';
 
 /**
  * Requests Node's HTTP parser rejects before the app sees them (a URL or headers over Node's 16 KB
@@ -25,13 +26,7 @@ export function answerClientErrors(server: EventEmitter): void {
         : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
           ? [408, 'Request Timeout', 'REQUEST_TIMEOUT', 'the request did not arrive in time']
           : [400, 'Bad Request', 'MALFORMED_REQUEST', 'the request is not valid HTTP/1.1'];
-    const body = JSON.stringify({
-      type: `https://ffleet.dev/problems/${code.toLowerCase().replace(/_/g, '-')}`,
-      title,
-      status,
-      detail,
-      code,
-    });
+    const body = JSON.stringify(problemBody(status, title, code, detail));
     socket.end(
       `HTTP/1.1 ${status} ${title}\r\nContent-Type: application/problem+json\r\n` +
         `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,

@@ -45,3 +45,21 @@ export class UnauthorizedError extends HttpError {
     super(401, 'UNAUTHORIZED', 'Unauthorized', message);
   }
 }
+
+/** The problem+json body (RFC 9457) of an error; `code` is the stable machine-readable part. */
+export function problemBody(
+  status: number,
+  title: string,
+  code: string,
+  detail: string,
+  errors?: { path: string; message: string }[],
+) {
+  return {
+    type: `https://ffleet.dev/problems/${code.toLowerCase().replace(/_/g, '-')}`,
+    title,
+    status,
+    detail,
+    code,
+    ...(errors?.length ? { errors } : {}),
+  };
+}

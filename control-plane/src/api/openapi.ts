@@ -315,9 +315,11 @@ const OPS: Op[] = [
     method: 'get',
     path: '/api/v1/events',
     summary:
-      'Server-sent events (same payload as webhooks); `events` = comma-separated event names to receive',
+      'Server-sent events (same payload as webhooks); `events` = comma-separated event names to receive; ' +
+      'resume after an event id with the Last-Event-ID header (or `lastEventId`): the first `ready` event ' +
+      'says whether it was resumed',
     tag: 'system',
-    query: ['events'],
+    query: ['events', 'lastEventId'],
   },
   { method: 'get', path: '/api/v1/version', summary: 'Version', tag: 'system' },
   { method: 'get', path: '/health', summary: 'Health (503 when the database is unreachable)', tag: 'system' },
@@ -387,6 +389,14 @@ export function buildOpenApi(version: string) {
         schema: { type: 'string', maxLength: 255 },
       });
     }
+    if (op.path === '/api/v1/events')
+      params.push({
+        name: 'Last-Event-ID',
+        in: 'header',
+        required: false,
+        schema: { type: 'string', maxLength: 100 },
+        description: 'resume after this event id; the first `ready` event says whether it was resumed',
+      });
     if (
       idempotent ||
       /cancel|restart|redeliver|presets\/\{id\}|watchfolders/.test(op.path) ||
