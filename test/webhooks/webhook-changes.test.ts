@@ -140,4 +140,54 @@ describe.each(dbKinds)('changing or deleting a global webhook with deliveries pe
     expect(byHook[vanishing]).toMatchObject({ state: 'failed', attempts: 0, lastError: 'webhook deleted' });
     expect((await listExecutions(t.db)).map((e) => e.url)).toEqual([`${current.url}/a2`]);
   });
+
+  it('stops retrying the old event of a webhook whose event PUT changed, and sends it the new one', {
+    timeout: 30_000,
+  }, async () => {
+    const { t, dispatcher, receiver } = await setup();
+    dispatcher.start();
+    const r = await receiver(statusSequence(500, 500, 500, 500));
+    const hook = await json(
+      await t.call('POST', '/api/v1/webhooks', { event: 'preset.created', url: r.url }),
+      201,
+    );
+    await json(await t.call('POST', '/api/v1/presets', VALID.preset()), 201);
+    await r.waitFor(1);
+    await json(await t.call('PUT', `/api/v1/webhooks/${hook.id}`, { event: 'batch.created', url: r.url }));
+    await emit(t.db, { event: 'preset.created', data: { id: 'not subscribed any more' } });
+    await emit(t.db, { event: 'batch.created', data: { id: 'b1' } });
+    dispatcher.wake();
+    await r.waitFor(2);
+    // The first retry of preset.created would have come 3 s after its first attempt.
+    await sleep(4_000);
+    const sent = r.received.map((x) => JSON.parse(x.body).event as string);
+    // preset.created once (no retry); batch.created (answered 500 too) retried as usual.
+    expect(sent.filter((e) => e === 'preset.created')).toHaveLength(1);
+    expect(sent.filter((e) => e === 'batch.created').length).toBeGreaterThanOrEqual(2);
+    const rows = await listDeliveries(t.db);
+    expect(rows.find((d) => d.event === 'preset.created')).toMatchObject({
+      state: 'failed',
+      attempts: 1,
+      lastError: 'webhook event changed',
+    });
+    expect(rows.find((d) => d.event === 'batch.created')?.state).not.toBe('failed');
+  });
+
+  it('fails a row written before its webhook changed event, at its claim, without sending it', {
+    timeout: 20_000,
+  }, async () => {
+    const { t, dispatcher, receiver } = await setup();
+    const r = await receiver();
+    const hook = await addWebhook(t.db, { event: 'batch.created', url: r.url });
+    await emit(t.db, { event: 'batch.created', data: { id: 'b1' } });
+    // A change that commits between the row's insert and its claim, bypassing the service.
+    await t.db.rows(t.db.db, sql`UPDATE webhooks SET event = 'batch.finished' WHERE id = ${hook}`);
+    dispatcher.start();
+    await waitUntil(async () => (await listDeliveries(t.db)).every((d) => d.state !== 'pending'));
+    await sleep(200);
+    expect(r.received).toHaveLength(0);
+    expect(await listDeliveries(t.db)).toMatchObject([
+      { state: 'failed', attempts: 0, lastError: 'webhook event changed' },
+    ]);
+  });
 });

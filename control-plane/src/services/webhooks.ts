@@ -1,10 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import type { ExecutionListQuery, PageQuery, Webhook, WebhookCreate } from '@ffleet/shared';
-import { and, count, desc, eq, type SQL } from 'drizzle-orm';
+import { and, count, desc, eq, ne, type SQL } from 'drizzle-orm';
 import { ConflictError, NotFoundError } from '../api/errors.ts';
 import { toExecution, toWebhook } from '../db/mappers.ts';
 import { deliveries, webhookExecutions, webhooks } from '../db/schema.ts';
-import { WEBHOOK_DELETED } from '../webhooks/record-attempt.ts';
+import { WEBHOOK_DELETED, WEBHOOK_EVENT_CHANGED } from '../webhooks/record-attempt.ts';
 import { type ServiceContext, transact } from './context.ts';
 import { paginate } from './paginate.ts';
 import { isUuid } from './tasks.ts';
@@ -63,6 +63,13 @@ export async function updateWebhook(ctx: ServiceContext, id: string, input: Webh
       .where(eq(webhooks.id, id))
       .returning();
     if (!row) throw new NotFoundError('webhook', id);
+    // Deliveries of an event it no longer subscribes to are dropped, as deleteWebhook drops them all.
+    await tx
+      .update(deliveries)
+      .set({ state: 'failed', lastError: WEBHOOK_EVENT_CHANGED, updatedAt: now })
+      .where(
+        and(eq(deliveries.webhookId, id), eq(deliveries.state, 'pending'), ne(deliveries.event, row.event)),
+      );
     // Deliveries still to be (re)tried go to the webhook as it is now. Kept on the rows, not only
     // looked up when claimed (claim-deliveries.ts), because a row's URL is part of its target: the
     // one-at-a-time order of a task's deliveries and progress coalescing compare it.

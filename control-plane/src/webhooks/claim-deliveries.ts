@@ -1,7 +1,7 @@
 import type { EventPayload } from '@ffleet/shared';
 import { sql } from 'drizzle-orm';
 import type { Database } from '../db/client.ts';
-import { WEBHOOK_DELETED } from './record-attempt.ts';
+import { WEBHOOK_DELETED, WEBHOOK_EVENT_CHANGED } from './record-attempt.ts';
 
 /** Progress-only `task.updated` deliveries go to one target at most once per this window (CONTRACT.md). */
 export const PROGRESS_WINDOW_MS = 5_000;
@@ -153,22 +153,23 @@ export async function claimDeliveries(database: Database, opts: ClaimOptions): P
         LIMIT ${scanLimit}
       ) e
     ), picked AS (
-      SELECT c.id, c.webhook_id FROM ranked r JOIN deliveries c ON c.id = r.id
+      SELECT c.id, c.webhook_id, c.event FROM ranked r JOIN deliveries c ON c.id = r.id
       WHERE r.rank <= r.room AND c.state = 'pending' AND c.locked_until <= ${now}
       ORDER BY r.next_attempt_at, r.created_at, r.id
       LIMIT ${limit}
       FOR UPDATE OF c SKIP LOCKED
     ), orphaned AS (
-      UPDATE deliveries o SET state = 'failed', locked_until = 0, last_error = ${WEBHOOK_DELETED},
-        updated_at = ${now}
+      UPDATE deliveries o SET state = 'failed', locked_until = 0, updated_at = ${now},
+        last_error = CASE WHEN EXISTS (SELECT 1 FROM webhooks w WHERE w.id = p.webhook_id)
+          THEN ${WEBHOOK_EVENT_CHANGED} ELSE ${WEBHOOK_DELETED} END
       FROM picked p
       WHERE o.id = p.id AND p.webhook_id IS NOT NULL
-        AND NOT EXISTS (SELECT 1 FROM webhooks w WHERE w.id = p.webhook_id)
+        AND NOT EXISTS (SELECT 1 FROM webhooks w WHERE w.id = p.webhook_id AND w.event = p.event)
       RETURNING o.id
     )
     UPDATE deliveries d SET locked_until = ${lease}, updated_at = ${now},
       url = coalesce(w.url, d.url), secret = CASE WHEN w.id IS NULL THEN d.secret ELSE w.secret END
-    FROM picked p LEFT JOIN webhooks w ON w.id = p.webhook_id
+    FROM picked p LEFT JOIN webhooks w ON w.id = p.webhook_id AND w.event = p.event
     WHERE d.id = p.id AND (p.webhook_id IS NULL OR w.id IS NOT NULL)
     RETURNING d.id, d.event_id, d.event, d.webhook_id, d.source, d.url, d.secret, d.task_id, d.progress_only,
       d.attempts, (SELECT ev.payload FROM events ev WHERE ev.id = d.event_id) AS payload`,

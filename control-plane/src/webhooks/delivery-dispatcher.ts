@@ -368,7 +368,10 @@ export class DeliveryDispatcher {
           this.#count(d);
         }
         if (dropped.size > 0) {
-          this.#log.info({ deliveries: dropped.size }, 'deliveries of a deleted webhook dropped');
+          this.#log.info(
+            { deliveries: dropped.size },
+            'deliveries dropped: their webhook was deleted or changed its event',
+          );
           const kept = this.#ready.filter((d) => !dropped.has(d.id));
           this.#ready.splice(0, this.#ready.length, ...kept);
         }

@@ -10,6 +10,8 @@ export const RETRY_DELAYS_MS = [3_000, 5_000, 10_000] as const;
 export const MAX_ATTEMPTS = RETRY_DELAYS_MS.length + 1;
 /** `last_error` of a delivery dropped because its global webhook was deleted (state `failed`). */
 export const WEBHOOK_DELETED = 'webhook deleted';
+/** `last_error` of a delivery dropped because its global webhook now subscribes to another event. */
+export const WEBHOOK_EVENT_CHANGED = 'webhook event changed';
 
 export type DeliveryOutcome =
   | { state: 'delivered' }
