@@ -1,5 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
+import { chmod, stat } from 'node:fs/promises';
 import { join } from 'node:path';
+import { makeDirectory, takeLockFile } from '@ffleet/shared';
 import { type ServerType, serve } from '@hono/node-server';
 import { count, eq } from 'drizzle-orm';
 import type { Logger } from 'pino';
@@ -17,6 +19,7 @@ import { EventBus } from './events/event-bus.ts';
 import { RetentionSweeper } from './events/retention.ts';
 import { Fleet } from './scheduler/fleet.ts';
 import type { ServiceContext } from './services/context.ts';
+import { normalizeStoredFolderPaths } from './services/watchfolders.ts';
 import { VERSION } from './version.ts';
 import { DeliveryDispatcher } from './webhooks/delivery-dispatcher.ts';
 
@@ -52,6 +55,45 @@ function listen(
   });
 }
 
+/**
+ * Before the embedded database is opened: this process's lock on it (a second control plane on the same
+ * data dir would open the same PGlite files and corrupt them), and a clear error where its files belong
+ * to another user (a one-off `sudo ffleet start`), which PGlite reports only as "failed to initialize".
+ * Returns the lock's release, for the stops.
+ */
+export async function claimEmbeddedDatabase(dataDir: string): Promise<() => Promise<void>> {
+  await makeDirectory(dataDir);
+  const dir = join(dataDir, 'pglite');
+  const release = takeLockFile(
+    join(dataDir, 'pglite.lock'),
+    `the embedded database in ${dir}`,
+    'stop that process first, or give this one its own FFLEET_DATA_DIR',
+  );
+  try {
+    const uid = process.getuid?.();
+    for (const path of [dir, join(dir, 'PG_VERSION'), join(dir, 'global', 'pg_control')]) {
+      const owner = await stat(path).then(
+        (s) => s.uid,
+        () => undefined,
+      );
+      if (uid !== undefined && owner !== undefined && owner !== uid)
+        throw new Error(
+          `${path} belongs to user id ${owner}, not to the user running ffleet (${uid}): ` +
+            `give the data dir to this user (chown -R) or run ffleet as its owner`,
+        );
+    }
+  } catch (err) {
+    release();
+    throw err;
+  }
+  return async () => release();
+}
+
+/** The database files hold webhook secrets: readable by the service's user only, as PostgreSQL's are. */
+async function keepPrivate(dir: string): Promise<void> {
+  await chmod(dir, 0o700).catch(() => {});
+}
+
 /** Compose and start every long-lived part of the control plane. `stop()` undoes it in reverse. */
 export async function startControlPlane(
   config: ControlPlaneConfig,
@@ -62,11 +104,15 @@ export async function startControlPlane(
     for (const s of stops.reverse()) await s().catch((err) => logger.error({ err }, 'stop failed'));
   };
   try {
+    if (!config.databaseUrl) stops.push(await claimEmbeddedDatabase(config.dataDir));
     const database = config.databaseUrl
       ? await openDatabase({ kind: 'postgres', url: config.databaseUrl, prepare: config.pgPrepare })
       : await openDatabase({ kind: 'pglite', dataDir: join(config.dataDir, 'pglite') });
+    if (!config.databaseUrl) await keepPrivate(join(config.dataDir, 'pglite'));
     stops.push(() => database.close());
     logger.info({ db: database.kind }, 'database ready');
+    const renamed = await normalizeStoredFolderPaths(database.db);
+    if (renamed) logger.info({ watchfolders: renamed }, 'watchfolder paths normalised');
 
     const { token: agentToken, generated } = await loadAgentToken(config.dataDir, config.agentToken);
     if (generated) logger.info({ file: agentTokenPath(config.dataDir) }, 'generated an agent token');

@@ -131,4 +131,48 @@ describe('all-in-one (ffleet start)', () => {
       await Promise.all(cases.map((p) => (p.running ? p.terminate('SIGKILL') : undefined)));
     }
   }, 120_000);
+
+  it('refuses a second process on its data dir before touching the database or the outbox', async () => {
+    // The first test's all-in-one is still running on env's data dir.
+    if (!proc?.running) await start();
+    const before = await api.get<unknown[]>('/api/v1/tasks');
+    const local = (await api.get<Array<{ name: string }>>('/api/v1/agents')).body[0]!;
+    const cases = [
+      spawnFfleet(
+        'start',
+        { ...env, PORT: String(await findFreePort()), MQTT_PORT: String(await findFreePort()) },
+        'second start',
+      ),
+      // An agent named as the local one, on the same data dir: the same outbox.
+      spawnFfleet(
+        'agent',
+        {
+          ...env,
+          FFLEET_AGENT_NAME: local.name,
+          FFLEET_AGENT_TOKEN: 'a-test-agent-token',
+          MQTT_URL: 'mqtt://127.0.0.1:1',
+        },
+        'second agent',
+      ),
+    ];
+    try {
+      const [second, agent] = cases as [ChildProcessHandle, ChildProcessHandle];
+      expect(await second.exited).toEqual({ code: 1, signal: null });
+      expect(second.output()).toMatch(
+        new RegExp(`^ffleet: the embedded database in .*/pglite is in use by process ${proc!.pid} \\(`, 'm'),
+      );
+      expect(second.output()).not.toContain('database ready');
+      expect(await agent.exited).toEqual({ code: 1, signal: null });
+      expect(agent.output()).toMatch(
+        new RegExp(
+          `^ffleet: agent failed to start: the outbox .*/agent-${local.name}/outbox is in use by process ${proc!.pid} `,
+          'm',
+        ),
+      );
+    } finally {
+      await Promise.all(cases.map((p) => (p.running ? p.terminate('SIGKILL') : undefined)));
+    }
+    // The first one goes on, its data whole.
+    expect((await api.get<unknown[]>('/api/v1/tasks')).body).toEqual(before.body);
+  }, 120_000);
 });

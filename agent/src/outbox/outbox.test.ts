@@ -20,6 +20,8 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Outbox, type OutboxEvent, type OutboxOptions } from './outbox.ts';
 
 const silent = pino({ level: 'silent' });
+/** The outbox's files, without the lock file naming its owner. */
+const dataFiles = async (d: string) => (await readdir(d)).filter((f) => f !== 'owner.lock');
 const REPO_ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 const OUTBOX_MODULE = fileURLToPath(new URL('./outbox.ts', import.meta.url));
 
@@ -115,7 +117,7 @@ describe('Outbox', () => {
     ]);
     // One file: a header, four puts, one ack (written by stop at the latest).
     await o.stop();
-    expect(await readdir(dir)).toEqual(['journal.log']);
+    expect(await dataFiles(dir)).toEqual(['journal.log']);
     const recs = await journal(dir);
     expect(recs.map((r) => r.key ?? r.ack ?? 'header')).toEqual(['header', 'a', 'b', 'c', 'd', 'b']);
     expect(recs[2]).toMatchObject({ key: 'b', topic: 't/b', payload: '{"k":"b"}' });
@@ -139,12 +141,23 @@ describe('Outbox', () => {
     ).toBe('late');
   });
 
+  it('has one owner at a time: a second outbox on the directory is refused until the first stops', async () => {
+    const first = await openOutbox();
+    await first.put('a', 'x', '1');
+    const second = new Outbox({ dir, logger: silent });
+    await expect(second.start()).rejects.toThrow(/outbox .* is in use by this process already/);
+    expect(first.list().map((e) => e.key)).toEqual(['a']);
+    await first.stop();
+    const third = await openOutbox();
+    expect(third.list().map((e) => e.key)).toEqual(['a']);
+  });
+
   it('stores an entry put twice at once with the same content only once, after it is on disk', async () => {
     const o = await openOutbox();
     const [a, b] = await Promise.all([o.put('dup', 't', 'p'), o.put('dup', 't', 'p')]);
     expect([a, b]).toEqual([{ ok: true }, { ok: true }]);
     expect(o.size()).toBe(1);
-    expect(await readdir(dir)).toEqual(['journal.log']);
+    expect(await dataFiles(dir)).toEqual(['journal.log']);
     expect((await journal(dir)).filter((r) => 'put' in r).map((r) => r.key)).toEqual(['dup']);
   });
 
@@ -345,7 +358,7 @@ describe('Outbox', () => {
       ts: 1000,
     });
     expect(records.some((r) => r.msg === 'outbox importing old entry files' && r.entries === 3)).toBe(true);
-    expect(await readdir(dir)).toEqual(['journal.log']);
+    expect(await dataFiles(dir)).toEqual(['journal.log']);
     // Numbering goes on after the imported files; acks and new puts work on imported entries.
     expect(await first.ack('task:1:0')).toBe(true);
     await first.put('task:1:2', 'ffleet/v1/agents/a/events', 'two');
@@ -361,7 +374,7 @@ describe('Outbox', () => {
     // `task:1:0` was acked since, and its order (3) is no longer in the journal: it comes back, which
     // only means one more replay the control plane ignores; `task:1:1` (order 12, still there) does not.
     expect(third.list().map((e) => e.key)).toEqual(['task:1:1', 'task:2:0', 'task:1:2', 'task:1:0']);
-    expect(await readdir(dir)).toEqual(['journal.log']);
+    expect(await dataFiles(dir)).toEqual(['journal.log']);
   });
 
   it('commits concurrent puts with one fdatasync per group; acks ride with puts, never synced', async () => {
@@ -476,7 +489,7 @@ describe('Outbox', () => {
     await rm(join(dir, 'journal.log.compact'), { recursive: true });
     const third = await openOutbox();
     expect(third.list().map((e) => e.key)).toEqual(['k1', 'k2', 'k3', 'old']);
-    expect((await readdir(dir)).sort()).toEqual(['journal.log']);
+    expect((await dataFiles(dir)).sort()).toEqual(['journal.log']);
   });
 
   it('keeps every entry whose put resolved when the process is SIGKILLed right after', async () => {

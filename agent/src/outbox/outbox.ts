@@ -2,7 +2,7 @@ import { close, constants, fdatasync, fsync, ftruncate, open, write } from 'node
 import { appendFile, readdir, readFile, rename, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { crc32 } from 'node:zlib';
-import { makeDirectory } from '@ffleet/shared';
+import { makeDirectory, takeLockFile } from '@ffleet/shared';
 import type { Logger } from 'pino';
 
 /**
@@ -91,6 +91,8 @@ export interface OutboxOptions {
 
 const JOURNAL = 'journal.log';
 const COMPACT_TMP = 'journal.log.compact';
+/** Names the process that owns the outbox (shared/src/fs/lock-file.ts). */
+const LOCK_FILE = 'owner.lock';
 const CORRUPT = 'journal.corrupt';
 const FORMAT = 1;
 const DEFAULT_COMPACT_BYTES = 4 * 1024 * 1024;
@@ -162,6 +164,7 @@ export class Outbox {
   /** start() has finished: puts are taken. */
   private started = false;
   private stopped = false;
+  private releaseLock: (() => void) | null = null;
   private closed = false;
   private stopping: Promise<void> | null = null;
 
@@ -186,6 +189,12 @@ export class Outbox {
 
   private async load(): Promise<void> {
     await makeDirectory(this.dir);
+    // Two processes on one outbox would replay and drop each other's reports: one owner at a time.
+    this.releaseLock = takeLockFile(
+      join(this.dir, LOCK_FILE),
+      `the outbox ${this.dir}`,
+      'each agent process needs its own name (FFLEET_AGENT_NAME) or its own FFLEET_DATA_DIR',
+    );
     const names = await readdir(this.dir);
     const journal = await this.loadJournal();
     const legacy = await this.loadLegacy(names, journal.seenOrders);
@@ -290,6 +299,8 @@ export class Outbox {
     this.ackTimer = null;
     this.closed = true;
     await this.closeJournal();
+    this.releaseLock?.();
+    this.releaseLock = null;
   }
 
   private async closeJournal(): Promise<void> {

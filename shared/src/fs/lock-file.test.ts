@@ -1,0 +1,76 @@
+import { spawn, spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
+import { hostname, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { LockedError, takeLockFile } from './lock-file.ts';
+
+describe('lock files', () => {
+  let dir = '';
+  let lock = '';
+  beforeEach(() => {
+    dir = mkdtempSync(join(tmpdir(), 'ffleet-lock-'));
+    lock = join(dir, 'x.lock');
+  });
+  afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+  const take = () => takeLockFile(lock, 'the thing', 'use another');
+  const holder = (fields: Record<string, unknown>) =>
+    writeFileSync(
+      lock,
+      JSON.stringify({ host: hostname(), command: 'ffleet start', start: null, boot: null, ...fields }),
+    );
+
+  it('is taken, refused while held, and free again once released', () => {
+    const release = take();
+    expect(JSON.parse(readFileSync(lock, 'utf8')).pid).toBe(process.pid);
+    expect(take).toThrow(LockedError);
+    expect(take).toThrow('the thing is in use by this process already; use another');
+    release();
+    expect(existsSync(lock)).toBe(false);
+    take()();
+  });
+
+  it('is refused while another live process holds it, naming it', async () => {
+    const other = spawn('sleep', ['30']);
+    try {
+      holder({ pid: other.pid });
+      expect(take).toThrow(`the thing is in use by process ${other.pid} (ffleet start); use another`);
+    } finally {
+      other.kill('SIGKILL');
+    }
+  });
+
+  it('is taken over from a process that is gone', () => {
+    const gone = spawnSync('true').pid;
+    holder({ pid: gone });
+    take()();
+  });
+
+  it('is taken over from a reused pid (another start time) and after a reboot (another boot id)', () => {
+    holder({ pid: process.pid, start: '1' });
+    take()();
+    holder({ pid: process.pid, boot: '00000000-0000-0000-0000-000000000000' });
+    take()();
+  });
+
+  it('is refused when held from another host, with the way out', () => {
+    holder({ pid: 1, host: 'encode-box-7' });
+    expect(take).toThrow(/process 1 on host encode-box-7 .*if that host no longer runs it, remove/);
+  });
+
+  it('treats an unreadable file as being written for a few seconds, then as stale', () => {
+    writeFileSync(lock, '');
+    expect(take).toThrow('in use by another process that is starting');
+    const old = new Date(Date.now() - 60_000);
+    utimesSync(lock, old, old);
+    take()();
+  });
+
+  it('leaves a file that is no longer its own when released', () => {
+    const release = take();
+    holder({ pid: process.pid + 1 });
+    release();
+    expect(existsSync(lock)).toBe(true);
+  });
+});

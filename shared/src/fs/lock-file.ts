@@ -1,0 +1,136 @@
+/**
+ * A lock file that says which process owns a directory (an embedded database, an agent's outbox), as
+ * PostgreSQL's `postmaster.pid` does: two processes on one PGlite data directory each see their own
+ * database and corrupt the files (seen: accepted tasks gone, a corrupt primary-key index), and two on one
+ * outbox replay each other's reports. Nothing else stops a second `ffleet start` on the same data dir.
+ *
+ * The file is created with O_EXCL and holds the owner's pid, its start time (`/proc/<pid>/stat`, so a
+ * reused pid — PID 1 in every container — is not mistaken for the owner), the boot id and the host. A
+ * file whose owner is gone (killed, crashed, the machine rebooted) is stale and taken over. Unlike
+ * flock(2), it also works on network shares; a lock held from another host cannot be checked from here
+ * and is refused with the way out in the message.
+ */
+import { closeSync, openSync, readFileSync, statSync, unlinkSync, writeSync } from 'node:fs';
+import { hostname } from 'node:os';
+
+type Holder = { pid: number; start: string | null; boot: string | null; host: string; command: string };
+
+/** A lock file being written by its new owner right now reads empty or partial for this long at most. */
+const WRITE_WINDOW_MS = 5_000;
+
+export class LockedError extends Error {
+  readonly code = 'ELOCKED';
+}
+
+function readText(path: string): string | null {
+  try {
+    return readFileSync(path, 'utf8').trim();
+  } catch {
+    return null;
+  }
+}
+
+/** Field 22 of /proc/<pid>/stat: when the process started, in clock ticks after boot; null off Linux. */
+function startTime(pid: number): string | null {
+  const stat = readText(`/proc/${pid}/stat`);
+  if (stat === null) return null;
+  // The command name (field 2) may hold spaces and parentheses: count from the last ')'.
+  return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19] ?? null;
+}
+
+const bootId = (): string | null => readText('/proc/sys/kernel/random/boot_id');
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+function me(): Holder {
+  return {
+    pid: process.pid,
+    start: startTime(process.pid),
+    boot: bootId(),
+    host: hostname(),
+    command: process.argv.slice(1).join(' ').slice(0, 200),
+  };
+}
+
+/** Whether the process the file names still runs (on this host; another host's is assumed to). */
+function holds(h: Holder): boolean {
+  if (h.host !== hostname()) return true;
+  if (h.boot && bootId() && h.boot !== bootId()) return false;
+  if (!alive(h.pid)) return false;
+  const start = startTime(h.pid);
+  return h.start === null || start === null || start === h.start;
+}
+
+/**
+ * Take `path` for this process, or throw a LockedError naming the live owner (`what` names what is
+ * locked and `hint` the way out, for the message). Returns the release function: it removes the file
+ * if it is still ours.
+ */
+export function takeLockFile(path: string, what: string, hint: string): () => void {
+  const mine = me();
+  for (let attempt = 0; attempt < 5; attempt++) {
+    let fd: number;
+    try {
+      fd = openSync(path, 'wx', 0o600);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+      const text = readText(path);
+      let holder: Holder | null = null;
+      try {
+        holder = text ? (JSON.parse(text) as Holder) : null;
+      } catch {
+        // Partial, or not ours: judged by its age below.
+      }
+      if (holder && typeof holder.pid === 'number') {
+        if (holds(holder)) throw inUse(path, what, hint, holder);
+      } else {
+        let age = Number.POSITIVE_INFINITY;
+        try {
+          age = Date.now() - statSync(path).mtimeMs;
+        } catch {
+          continue; // Gone meanwhile: try again.
+        }
+        if (age < WRITE_WINDOW_MS) throw inUse(path, what, hint, null);
+      }
+      try {
+        unlinkSync(path);
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
+      }
+      continue;
+    }
+    try {
+      writeSync(fd, `${JSON.stringify(mine)}\n`);
+    } finally {
+      closeSync(fd);
+    }
+    return () => {
+      const text = readText(path);
+      try {
+        const h = text ? (JSON.parse(text) as Holder) : null;
+        if (h?.pid === mine.pid && h.start === mine.start) unlinkSync(path);
+      } catch {
+        // Not ours any more, or already gone.
+      }
+    };
+  }
+  throw new LockedError(`${what} is in use: could not take ${path}`);
+}
+
+function inUse(path: string, what: string, hint: string, h: Holder | null): LockedError {
+  const who = !h
+    ? 'another process that is starting'
+    : h.host !== hostname()
+      ? `process ${h.pid} on host ${h.host} (${h.command}); if that host no longer runs it, remove ${path}`
+      : h.pid === process.pid
+        ? 'this process already'
+        : `process ${h.pid} (${h.command})`;
+  return new LockedError(`${what} is in use by ${who}; ${hint}`);
+}
