@@ -1,3 +1,4 @@
+import { sql } from 'drizzle-orm';
 import { beforeAll, describe, expect, it } from 'vitest';
 import {
   countRows,
@@ -11,6 +12,7 @@ import {
   VALID,
 } from '../../../test/api/support.ts';
 import { useTestApp } from '../../../test/helpers/app.ts';
+import { normalizeStoredFolderPaths } from '../services/watchfolders.ts';
 
 describe('watchfolder routes', () => {
   let preset = '';
@@ -127,6 +129,15 @@ describe('watchfolder routes', () => {
       );
       expect(put.path).toBe('/media/in/sub');
     }
+    // Stored as given by an earlier release: normalised at start.
+    const old = await create({ ...VALID.watchfolder(preset), name: 'spelled-old' });
+    await t.db.rows(
+      t.ctx.database.db,
+      sql`UPDATE watchfolders SET path = '/media//old/in/' WHERE id = ${old.id}`,
+    );
+    expect(await normalizeStoredFolderPaths(t.ctx.database.db)).toBe(1);
+    expect((await json(await t.call('GET', `/api/v1/watchfolders/${old.id}`))).path).toBe('/media/old/in');
+    expect(await normalizeStoredFolderPaths(t.ctx.database.db)).toBe(0);
     const win = await create({ ...VALID.watchfolder(preset), name: 'spelled-win', path: 'D:/media/in/' });
     expect(win.path).toBe('D:\\media\\in');
   });

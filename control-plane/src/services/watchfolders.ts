@@ -70,6 +70,21 @@ export function normalizeFolderPath(path: string): string {
   return p.length > root.length ? p.replace(/[\\/]+$/, '') : p;
 }
 
+/**
+ * Paths stored before they were normalised on write (an upgrade from a release that kept them as
+ * given), normalised once at start, so tasks and PUTs see one spelling. Returns how many changed.
+ */
+export async function normalizeStoredFolderPaths(db: Db): Promise<number> {
+  let changed = 0;
+  for (const r of await db.select({ id: watchfolders.id, path: watchfolders.path }).from(watchfolders)) {
+    const path = normalizeFolderPath(r.path);
+    if (path === r.path) continue;
+    await db.update(watchfolders).set({ path }).where(eq(watchfolders.id, r.id));
+    changed++;
+  }
+  return changed;
+}
+
 const values = (input: WatchfolderCreate) => ({
   name: input.name,
   description: input.description ?? '',
