@@ -1,5 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
+import { createServer, type Socket, connect as tcpConnect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -364,6 +365,40 @@ describe.each(TEST_BROKER_KINDS)('AgentSession on $kind', ({ start }) => {
     }
   });
 
+  it('logs no broker warning for a message that arrives while it stops (write after end)', async () => {
+    const name = nextName();
+    const { logger, records } = captureLogger();
+    // The all-in-one's control plane answers the agent's `draining` birth with a config: it can reach
+    // the agent after mqtt.js ended the socket, and its PUBACK is then written to the ended stream.
+    const late: InboxMessage = { type: 'ack', taskId: 't1', attempt: 1, seq: 0 };
+    const relay = await lateMessageRelay(broker.port, agentTopic(name, 'inbox'), JSON.stringify(late));
+    cleanups.push(() => relay.close());
+    const session = await startSession(name, { url: relay.url, logger });
+    await session.stop({ graceful: true });
+    expect(relay.injected()).toBe(true);
+    // The race really happened (the error is there, at debug)...
+    await waitFor(() => records.some((r) => r.err === 'write after end'), 'the write-after-end error');
+    // ...and it is not reported as a broker problem.
+    expect(records.filter((r) => r.level >= 40).map((r) => r.msg)).toEqual([]);
+  });
+
+  it('still warns when the broker goes away while it runs', async () => {
+    const { logger, records } = captureLogger();
+    const session = await startSession(nextName(), { logger, backoff: { minMs: 10, maxMs: 30 } });
+    const down = new Promise<void>((r) => session.once('connection', () => r()));
+    await broker.stop();
+    try {
+      await down;
+      await waitFor(
+        () => records.some((r) => r.msg === 'broker unreachable; retrying with backoff'),
+        'the unreachable warning',
+      );
+      expect(records.find((r) => r.msg === 'broker unreachable; retrying with backoff')?.level).toBe(40);
+    } finally {
+      await broker.start();
+    }
+  });
+
   it('logs a refused login once per streak and keeps retrying with backoff', async () => {
     const { logger, records } = captureLogger();
     const session = await startSession(
@@ -443,3 +478,76 @@ describe.each(TEST_BROKER_KINDS)('AgentSession on $kind', ({ start }) => {
     expect(retained[0]).toMatchObject({ state: 'offline', bootId });
   });
 });
+
+/**
+ * A TCP relay to the broker on `port` that, once the agent has ended its side of the connection (it
+ * does right after its DISCONNECT), still hands it one QoS 1 PUBLISH on `topic`: what a broker does
+ * that sent a message just before it read the DISCONNECT. Deterministic, unlike racing a real one.
+ */
+async function lateMessageRelay(
+  port: number,
+  topic: string,
+  payload: string,
+): Promise<{ url: string; injected: () => boolean; close: () => Promise<void> }> {
+  const sockets = new Set<Socket>();
+  let injected = false;
+  const server = createServer({ allowHalfOpen: true }, (agentSide) => {
+    const brokerSide = tcpConnect(port, '127.0.0.1');
+    for (const s of [agentSide, brokerSide]) {
+      sockets.add(s);
+      s.on('close', () => sockets.delete(s));
+      s.on('error', () => {});
+    }
+    let agentEnded = false;
+    agentSide.on('data', (d: Buffer) => brokerSide.write(d));
+    brokerSide.on('data', (d: Buffer) => {
+      if (!agentSide.writableEnded) agentSide.write(d);
+    });
+    agentSide.on('end', () => {
+      agentEnded = true;
+      brokerSide.end();
+      agentSide.write(qos1Publish(topic, payload, 4242));
+      injected = true;
+      setTimeout(() => agentSide.end(), 50);
+    });
+    // The broker closes its side on the DISCONNECT; the agent's FIN may reach us a moment later.
+    brokerSide.on('close', () => {
+      setTimeout(() => {
+        if (!agentEnded) agentSide.destroy();
+      }, 500);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const address = server.address();
+  const relayPort = typeof address === 'object' && address ? address.port : 0;
+  return {
+    url: `mqtt://127.0.0.1:${relayPort}`,
+    injected: () => injected,
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+/** An MQTT 3.1.1 PUBLISH packet, QoS 1. */
+function qos1Publish(topic: string, payload: string, packetId: number): Buffer {
+  const t = Buffer.from(topic);
+  const body = Buffer.concat([u16(t.length), t, u16(packetId), Buffer.from(payload)]);
+  const length: number[] = [];
+  let n = body.length;
+  do {
+    let byte = n % 128;
+    n = Math.floor(n / 128);
+    if (n > 0) byte |= 0x80;
+    length.push(byte);
+  } while (n > 0);
+  return Buffer.concat([Buffer.from([0x32, ...length]), body]);
+}
+
+function u16(n: number): Buffer {
+  const b = Buffer.alloc(2);
+  b.writeUInt16BE(n);
+  return b;
+}

@@ -271,6 +271,13 @@ export class AgentSession extends EventEmitter<SessionEvents> {
 
   /** Log the first failure of a streak clearly, the rest at debug: no spam loop while a broker is down. */
   private onError(err: Error): void {
+    if (this.stopping) {
+      // Our own teardown, not the broker: e.g. a QoS 1 message that arrived after stop() ended the socket
+      // gets its PUBACK written to the ended stream ("write after end"). It is delivered again on the
+      // next connect (persistent session), and nothing is retried now.
+      this.logger.debug({ err: err.message }, 'connection error while stopping');
+      return;
+    }
     const code = (err as ErrorWithReasonCode).code;
     const kind = code === 4 || code === 5 ? 'auth' : 'network';
     if (this.failureLogged === kind) {
