@@ -100,9 +100,14 @@ export async function startControlPlane(
   logger: Logger,
 ): Promise<RunningControlPlane> {
   const stops: (() => Promise<void>)[] = [];
-  const stopAll = async () => {
-    for (const s of stops.reverse()) await s().catch((err) => logger.error({ err }, 'stop failed'));
-  };
+  // Once, in reverse order, whoever calls it: a forced stop (second SIGTERM) calls it again while the
+  // first call runs, and reversing `stops` in place let that second call close the database and the
+  // broker while the fleet still used them.
+  let stopping: Promise<void> | null = null;
+  const stopAll = () =>
+    (stopping ??= (async () => {
+      for (const s of [...stops].reverse()) await s().catch((err) => logger.error({ err }, 'stop failed'));
+    })());
   try {
     if (!config.databaseUrl) stops.push(await claimEmbeddedDatabase(config.dataDir));
     const database = config.databaseUrl

@@ -51,6 +51,8 @@ export type FleetOptions = {
   leaseTtlMs: number;
   /** An agent silent this long is shown offline even without its Last Will (network partition). */
   silentAfterMs?: number;
+  /** How long stop() waits at most for work already running; default {@link STOP_WAIT_MS}. */
+  stopWaitMs?: number;
 };
 
 /**
@@ -72,6 +74,11 @@ export const sweepEveryMs = (leaseTtlMs: number): number =>
   Math.min(SWEEP_MAX_MS, Math.max(SWEEP_MIN_MS, Math.round(leaseTtlMs / 10)));
 /** Heartbeats come every few seconds; three missed ones mean the agent is gone. */
 const DEFAULT_SILENT_AFTER_MS = 20_000;
+/**
+ * stop() waits this long at most for the work already running (handlers, group commits, a watch
+ * batch, an assignment pass, a sweep): a database that hangs must not hang the shutdown.
+ */
+export const STOP_WAIT_MS = 5_000;
 
 /**
  * A report whose slow path may lock a batch row in the middle of a group: a hand-back (the task may
@@ -93,7 +100,10 @@ export class Fleet implements FleetHooks {
   readonly #ctx: ServiceContext;
   readonly #log: Logger;
   readonly #serial = new SerialQueues();
-  /** Answers and acks waiting for their group commit (see #afterCommit). */
+  /**
+   * Work outside the agents' serial queues that stop() waits for (#track): answers and acks waiting
+   * for their group commit (#afterCommit), `watch.file` lookups, sweeps, lease extension, config pushes.
+   */
   readonly #inFlight = new Set<Promise<void>>();
   /** Claims and reports of all agents, written in shared transactions. */
   readonly #group: GroupCommit;
@@ -122,7 +132,13 @@ export class Fleet implements FleetHooks {
   #assignAgain = false;
   /** Whether the last assignment pass saw any watchfolder (it must push the "none left" configs). */
   #hadFolders = true;
+  /**
+   * Set by stop(): nothing starts new database work from then on (messages that arrive are dropped:
+   * agents send reports and requests again and re-announce themselves to the next control plane), and
+   * failures of the work still running (the database closing under it) are not errors.
+   */
   #stopped = false;
+  #stopping: Promise<void> | null = null;
   /** `watch.file` requests of all agents waiting for the next batch (see #watchFile). */
   #watchFiles: WatchFileJob[] = [];
   #watchRun: Promise<void> | null = null;
@@ -152,51 +168,110 @@ export class Fleet implements FleetHooks {
     // Handlers that write outside group commit first wait for the agent's queued group jobs, so they
     // still see its earlier reports and claims applied.
     const afterGroup = (id: string, job: () => Promise<void>) =>
-      this.#serial.run(id, async () => {
+      this.#queued(id, async () => {
         await this.#group.settled(id);
-        await job();
+        if (!this.#stopped) await job();
       });
     m.onBirth((id, b) => afterGroup(id, () => this.#onBirth(id, b)));
     m.onHello((id, h) => afterGroup(id, () => this.#onHello(id, h)));
     m.onHeartbeat((id, h) => {
       this.#hear(id);
-      return this.#serial.run(id, () => this.#onHeartbeat(id, h));
+      return this.#queued(id, () => this.#onHeartbeat(id, h));
     });
     m.onRequest((id, r) => {
       this.#hear(id);
       // Idempotent per file version (the watch key), so not behind the agent's other messages: its
       // `watch.locked` comes only after the answer, i.e. after the commit.
-      if (r.type === 'watch.file') return this.#watchFile(id, r);
-      if (r.type === 'claim') return this.#serial.run(id, () => this.#onRequest(id, r));
+      if (r.type === 'watch.file') return this.#track(this.#unlessStopped(id, () => this.#watchFile(id, r)));
+      if (r.type === 'claim') return this.#queued(id, () => this.#onRequest(id, r));
       return afterGroup(id, () => this.#onRequest(id, r));
     });
     m.onReport((id, r) => {
       this.#hear(id);
-      return this.#serial.run(id, () => this.#onReport(id, r));
+      return this.#queued(id, () => this.#onReport(id, r));
     });
     m.on('connection', (up) => {
       this.#listening = false;
       // After a broker restart every agent re-announces itself; resend configs then.
-      if (up) {
+      if (up && !this.#stopped) {
         this.#sentConfig.clear();
-        void this.#resumeLeases();
+        void this.#track(this.#resumeLeases());
       }
     });
-    this.#sweepTimer = setInterval(() => void this.#sweep(), sweepEveryMs(this.#o.leaseTtlMs));
+    this.#sweepTimer = setInterval(() => void this.#track(this.#sweep()), sweepEveryMs(this.#o.leaseTtlMs));
     this.#sweepTimer.unref();
   }
 
-  async stop(): Promise<void> {
+  /**
+   * From now on no message starts database work, and once this resolves nothing of the fleet touches
+   * the database (the control plane closes it next): work already running is waited for, up to
+   * `stopWaitMs`. Idempotent.
+   */
+  stop(): Promise<void> {
+    this.#stopping ??= this.#stop();
+    return this.#stopping;
+  }
+
+  async #stop(): Promise<void> {
     this.#stopped = true;
     if (this.#sweepTimer) clearInterval(this.#sweepTimer);
     for (const t of this.#helloTimers) clearTimeout(t);
+    this.#helloTimers.clear();
     if (this.#hintTimer) clearImmediate(this.#hintTimer);
-    await this.#serial.drain();
-    while (this.#inFlight.size) await Promise.allSettled([...this.#inFlight]);
-    await this.#watchRun;
-    await this.#group.drain();
-    await this.#assigning;
-    await this.#flushHeard().catch(() => {});
+    this.#hintTimer = null;
+    const waitMs = this.#o.stopWaitMs ?? STOP_WAIT_MS;
+    if (!(await settlesWithin(this.#settle(), waitMs))) {
+      // Whatever it is waiting for (a hung database) fails later; that is logged at debug only.
+      this.#log.warn({ waitedMs: waitMs }, 'fleet work still running at stop; not waiting for it any longer');
+      return;
+    }
+    await this.#flushHeard().catch((err: unknown) =>
+      this.#log.debug({ err }, 'last_seen not written at stop'),
+    );
+  }
+
+  /** Resolves when no handler, group commit, watch batch, assignment pass or tracked work is running. */
+  async #settle(): Promise<void> {
+    do {
+      await this.#serial.drain();
+      while (this.#inFlight.size) await Promise.allSettled([...this.#inFlight]);
+      await this.#watchRun;
+      await this.#group.drain();
+      await this.#assigning;
+    } while (this.#serial.size || this.#inFlight.size || this.#watchRun || this.#assigning);
+  }
+
+  /** An agent message's job, in that agent's queue (see #unlessStopped). */
+  #queued(id: string, job: () => Promise<void>): Promise<void> {
+    return this.#serial.run(id, () => this.#unlessStopped(id, job));
+  }
+
+  /**
+   * Run a message's job unless stop() was called (then it is dropped: see #stopped). A failure after
+   * stop() was called is dropped work too, logged at debug; before, it is the caller's (the MQTT
+   * client logs a failed handler).
+   */
+  async #unlessStopped(agent: string, job: () => Promise<void>): Promise<void> {
+    if (this.#stopped) return;
+    try {
+      await job();
+    } catch (err) {
+      if (!this.#stopped) throw err;
+      this.#log.debug({ err, agent }, 'agent message not handled: the fleet is stopping');
+    }
+  }
+
+  /** Have stop() wait for `work` (see #inFlight). */
+  #track(work: Promise<void>): Promise<void> {
+    const tracked = work.finally(() => this.#inFlight.delete(tracked));
+    this.#inFlight.add(tracked);
+    return tracked;
+  }
+
+  /** A failure of fleet work: an error, unless stop() was called (the database may be closing under it). */
+  #failed(err: unknown, fields: Record<string, unknown>, msg: string): void {
+    if (this.#stopped) this.#log.debug({ ...fields, err }, `${msg} (stopping)`);
+    else this.#log.error({ ...fields, err }, msg);
   }
 
   // ---- FleetHooks (called by the API services) ----
@@ -219,7 +294,7 @@ export class Fleet implements FleetHooks {
     this.#hintTimer = setImmediate(() => {
       this.#hintTimer = null;
       void this.#o.mqtt.broadcastWork();
-      if (this.#requirements.pending) void this.#checkRequirements();
+      if (this.#requirements.pending && !this.#stopped) void this.#track(this.#checkRequirements());
     });
   }
 
@@ -248,11 +323,14 @@ export class Fleet implements FleetHooks {
 
   agentChanged(agentId: string): void {
     for (const [name, a] of this.#agents) if (a.id === agentId) this.#agents.delete(name);
-    void (async () => {
-      const [a] = await this.#ctx.database.db.select().from(agents).where(eq(agents.id, agentId));
-      if (a) this.#agents.set(a.name, a);
-      if (a?.online) await this.#sendConfig(a, true);
-    })().catch((err) => this.#log.error({ err }, 'agent config push failed'));
+    if (this.#stopped) return;
+    void this.#track(
+      (async () => {
+        const [a] = await this.#ctx.database.db.select().from(agents).where(eq(agents.id, agentId));
+        if (a) this.#agents.set(a.name, a);
+        if (a?.online) await this.#sendConfig(a, true);
+      })().catch((err: unknown) => this.#failed(err, { agentId }, 'agent config push failed')),
+    );
   }
 
   // ---- protocol handlers ----
@@ -316,10 +394,12 @@ export class Fleet implements FleetHooks {
       .from(tasks)
       .where(and(eq(tasks.agentId, agent.id), taskIsRunning));
     const lost = mine.filter((t) => !listed.has(t.id));
-    if (lost.length) {
+    if (lost.length && !this.#stopped) {
       const timer = setTimeout(() => {
         this.#helloTimers.delete(timer);
-        void this.#serial.run(name, () => this.#requeueLost(name, agent.id, hello.bootId, lost, now));
+        void this.#queued(name, () => this.#requeueLost(name, agent.id, hello.bootId, lost, now)).catch(
+          (err: unknown) => this.#failed(err, { agent: name }, 'reconciling tasks after a hello failed'),
+        );
       }, HELLO_REQUEUE_GRACE_MS);
       this.#helloTimers.add(timer);
     }
@@ -449,10 +529,9 @@ export class Fleet implements FleetHooks {
 
   /** Track work that follows a group commit outside the agent's serial queue (stop() waits for it). */
   #afterCommit(name: string, work: Promise<void>): void {
-    const tracked = work
-      .catch((err: unknown) => this.#log.error({ err, agent: name }, 'agent message failed'))
-      .finally(() => this.#inFlight.delete(tracked));
-    this.#inFlight.add(tracked);
+    void this.#track(
+      work.catch((err: unknown) => this.#failed(err, { agent: name }, 'agent message failed')),
+    );
   }
 
   #reportApplied(name: string, report: TaskReport, outcome: ReportOutcome): void {
@@ -490,7 +569,7 @@ export class Fleet implements FleetHooks {
    */
   async #watchFile(name: string, req: WatchFileJob['req']): Promise<void> {
     const agent = await this.#agent(name);
-    if (!agent) return;
+    if (!agent || this.#stopped) return;
     this.#watchFiles.push({ name, req });
     if (!this.#watchRun) this.#watchRun = this.#drainWatchFiles();
   }
@@ -499,11 +578,14 @@ export class Fleet implements FleetHooks {
     // Let the requests that arrived in the same I/O turn join the first batch.
     await new Promise((r) => setImmediate(r));
     while (this.#watchFiles.length) {
+      // Stopping: what is not written yet is dropped (agents submit their files again).
+      if (this.#stopped) this.#watchFiles = [];
       const batch = this.#watchFiles.splice(0, WATCH_BATCH);
+      if (!batch.length) break;
       try {
         await this.#writeWatchFiles(batch);
       } catch (err) {
-        this.#log.error({ err, files: batch.length }, 'watchfolder files not written');
+        this.#failed(err, { files: batch.length }, 'watchfolder files not written');
       }
     }
     // In the same synchronous step as the last check: a request pushed later starts a new drain.
@@ -522,9 +604,13 @@ export class Fleet implements FleetHooks {
       this.#log.debug({ err, files: batch.length }, 'watchfolder batch failed; writing file by file');
       results = [];
       for (const r of reqs) {
+        if (this.#stopped) {
+          results.push(null);
+          continue;
+        }
         results.push(
           await createWatchTask(this.#ctx, r).catch((e: unknown) => {
-            this.#log.error({ err: e, watchfolderId: r.watchfolderId }, 'watchfolder file not written');
+            this.#failed(e, { watchfolderId: r.watchfolderId }, 'watchfolder file not written');
             return null;
           }),
         );
@@ -634,6 +720,7 @@ export class Fleet implements FleetHooks {
 
   /** Recompute watchfolder assignments and push changed configs. Calls made meanwhile run once more. */
   assignWatchfolders(): Promise<void> {
+    if (this.#stopped) return this.#assigning ?? Promise.resolve();
     if (this.#assigning) {
       this.#assignAgain = true;
       return this.#assigning;
@@ -644,7 +731,7 @@ export class Fleet implements FleetHooks {
         try {
           await this.#assignOnce();
         } catch (err) {
-          this.#log.error({ err }, 'watchfolder assignment failed');
+          this.#failed(err, {}, 'watchfolder assignment failed');
         }
       } while (this.#assignAgain && !this.#stopped);
     })().finally(() => {
@@ -660,10 +747,12 @@ export class Fleet implements FleetHooks {
     // Without this, 500 agents coming online read the whole agent list ~1,000 times.
     if (!folders.length && !this.#hadFolders) return;
     this.#hadFolders = folders.length > 0;
+    if (this.#stopped) return;
     const online = await watchCandidates(db);
     const known = new Set(folders.map((f) => f.id));
     for (const id of this.#pathFailures.keys()) if (!known.has(id)) this.#pathFailures.delete(id);
     const plan = planAssignments(folders, online, this.#pathFailures);
+    if (this.#stopped) return;
     await saveAssignments(db, folders, plan);
     for (const a of online) await this.#sendConfig(a, false, folders, plan);
   }
@@ -674,6 +763,8 @@ export class Fleet implements FleetHooks {
     folders?: Awaited<ReturnType<typeof this.loadFolders>>,
     plan?: Map<string, string | null>,
   ): Promise<void> {
+    // Stopping: agents get their config from the next control plane (on their hello).
+    if (this.#stopped) return;
     const list = folders ?? (await this.loadFolders());
     const mine = list
       .filter((f) => (plan ? plan.get(f.id) : f.assignedAgentId) === agent.id)
@@ -705,7 +796,7 @@ export class Fleet implements FleetHooks {
     try {
       await extendRunningLeases(this.#ctx, this.#ctx.now() + this.#o.leaseTtlMs);
     } catch (err) {
-      this.#log.error({ err }, 'extending leases after connecting failed');
+      this.#failed(err, {}, 'extending leases after connecting failed');
     }
     this.#listening = this.#o.mqtt.connected;
   }
@@ -727,7 +818,9 @@ export class Fleet implements FleetHooks {
         );
         if (r.requeued.length) this.workAvailable();
       }
+      if (this.#stopped) return;
       await this.#flushHeard();
+      if (this.#stopped) return;
       const silent = await markSilentOffline(
         this.#ctx.database.db,
         this.#ctx.now(),
@@ -739,7 +832,20 @@ export class Fleet implements FleetHooks {
         await this.assignWatchfolders();
       }
     } catch (err) {
-      this.#log.error({ err }, 'sweep failed');
+      this.#failed(err, {}, 'sweep failed');
     }
+  }
+}
+
+/** Whether `work` settled within `ms` (it keeps running either way). */
+async function settlesWithin(work: Promise<void>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<false>((resolve) => {
+    timer = setTimeout(() => resolve(false), ms);
+  });
+  try {
+    return await Promise.race([work.then(() => true), timeout]);
+  } finally {
+    clearTimeout(timer);
   }
 }

@@ -14,6 +14,11 @@ export class SerialQueues {
     return next;
   }
 
+  /** Keys with a job queued or running. */
+  get size(): number {
+    return this.#tails.size;
+  }
+
   /** Wait until every queued job has run (used by stop()). */
   async drain(): Promise<void> {
     while (this.#tails.size) await Promise.allSettled([...this.#tails.values()]);
