@@ -18,6 +18,7 @@ import { Outbox } from './outbox/outbox.ts';
 import {
   coalescingReporter,
   FENCED_OUT,
+  HANDED_BACK,
   nativeSpawnStatus,
   probeTranscoder,
   type ReportBody,
@@ -180,7 +181,7 @@ export class FleetAgent {
     this.#startDraining();
     for (const r of this.#runs.values()) {
       r.handingBack = true;
-      r.abort.abort();
+      r.abort.abort(HANDED_BACK);
     }
     await Promise.allSettled([...this.#runs.values()].map((r) => r.done));
   }

@@ -14,7 +14,13 @@ export {
   type RunProcessResult,
   runProcess,
 } from './run-process.ts';
-export { type FinalStatus, type RunTaskOptions, type RunTaskResult, runTask } from './run-task.ts';
+export {
+  type FinalStatus,
+  HANDED_BACK,
+  type RunTaskOptions,
+  type RunTaskResult,
+  runTask,
+} from './run-task.ts';
 export { TRANSCODER_PREFIX_ARGS } from './run-transcode.ts';
 export { buildPostSidecar, buildPreSidecar, validateReimport, writeSidecar } from './sidecar.ts';
 export type { LogStep, TaskReporter } from './task-state.ts';

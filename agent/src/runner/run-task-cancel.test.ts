@@ -1,11 +1,14 @@
 // biome-ignore-all lint/suspicious/noTemplateCurlyInString: ${NAME} wildcards are literal text here, not template placeholders.
 import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync, statSync } from 'node:fs';
+import { Writable } from 'node:stream';
+import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { listGroupMembers, listProcessesMentioning } from './fixtures/live-processes.ts';
 import { RecordingReporter } from './fixtures/recording-reporter.ts';
 import { FFMPEG, RunFixture } from './fixtures/run-fixture.ts';
 import { makeStep } from './fixtures/sample-task.ts';
+import { HANDED_BACK } from './run-task.ts';
 
 let fx: RunFixture;
 let longClip = '';
@@ -94,6 +97,41 @@ describe('runTask: cancel', () => {
     expect(existsSync(output)).toBe(false);
     expect(listProcessesMentioning(fx.dir)).toEqual([]);
     expect(reporter.text('agent')).toContain(`removed partial output ${output}`);
+  });
+
+  it('logs a run stopped for a hand-back as handed back, not as a finished DONE_CANCELED task', async () => {
+    const lines: Array<{ msg: string; status?: string }> = [];
+    const logger = pino(
+      { level: 'info' },
+      new Writable({
+        write(chunk, _enc, cb) {
+          lines.push(JSON.parse(String(chunk)));
+          cb();
+        },
+      }),
+    );
+    const controller = new AbortController();
+    const reporter = new RecordingReporter();
+    const run = fx.run(
+      {
+        command: {
+          raw: '-re -f lavfi -i testsrc=duration=60:size=160x120:rate=25 -c:v mpeg4 -y ${OUTPUT_FILE}',
+          resolved: '',
+        },
+        outputFile: { raw: fx.file('handback', 'out.mp4'), resolved: '' },
+      },
+      { signal: controller.signal, reporter, logger },
+    );
+    await waitFor(() => reporter.statuses().includes('RUNNING'));
+    controller.abort(HANDED_BACK);
+    const { result } = await run;
+    // The run itself ends canceled (the agent drops that report and sends QUEUED instead)...
+    expect(result.status).toBe('DONE_CANCELED');
+    // ...but its log says what happens to the task.
+    const last = lines.at(-1);
+    expect(last).toMatchObject({ status: 'QUEUED' });
+    expect(last?.msg).toMatch(/handed back/);
+    expect(lines.some((l) => l.msg === 'task finished')).toBe(false);
   });
 
   it('kills a pre-processing script and everything it started, and never runs the transcoder', async () => {

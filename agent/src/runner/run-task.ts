@@ -34,6 +34,13 @@ export interface RunTaskOptions {
   scriptDirs?: readonly string[];
 }
 
+/**
+ * Abort reason for a run handed back on a forced shutdown: stopped like a cancel (the process group is
+ * killed, a partial output removed), but the task is not canceled: the agent drops the run's final
+ * report and tells the control plane the task is QUEUED again.
+ */
+export const HANDED_BACK = 'handed-back';
+
 export type FinalStatus = 'DONE_SUCCESSFUL' | 'DONE_ERROR' | 'DONE_CANCELED';
 export interface RunTaskResult {
   status: FinalStatus;
@@ -83,7 +90,9 @@ export async function runTask(options: RunTaskOptions): Promise<RunTaskResult> {
   };
   if (result.status === 'DONE_SUCCESSFUL') final.progress = 100;
   state.apply(final);
-  logger.info({ status: result.status }, 'task finished');
+  if (options.signal.aborted && options.signal.reason === HANDED_BACK)
+    logger.info({ status: 'QUEUED' }, 'task handed back: its run was stopped and it goes back to the queue');
+  else logger.info({ status: result.status }, 'task finished');
   return result;
 }
 
