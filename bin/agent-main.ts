@@ -18,13 +18,14 @@ export const makeLogger = (level: string): Logger =>
 
 /**
  * An agent that could not start (its data directory cannot hold its outbox, …): logged, one line on
- * stderr an operator can act on instead of a stack trace, exit code 1.
+ * stderr an operator can act on instead of a stack trace, exit code 1 (2 when another process holds it).
  */
 export function agentStartFailed(logger: Logger, err: unknown): never {
   const message = err instanceof Error ? err.message : String(err);
   logger.fatal({ err: message }, 'agent failed to start');
   process.stderr.write(`ffleet: agent failed to start: ${message}\n`);
-  process.exit(1);
+  // Its outbox in use by another process (a LockedError): a configuration error, not restarted by systemd.
+  process.exit((err as { code?: unknown } | null)?.code === 'ELOCKED' ? EXIT_CONFIG : 1);
 }
 
 /**

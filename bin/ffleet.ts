@@ -75,7 +75,8 @@ async function runControlPlane(withLocalAgent: boolean): Promise<void> {
   } catch (err) {
     logger.fatal({ err: (err as Error).message }, 'control plane failed to start');
     process.stderr.write(`ffleet: ${(err as Error).message}\n`);
-    process.exit(1);
+    // Its data dir in use by another process (a LockedError): a configuration error, as for the agent.
+    process.exit((err as { code?: unknown } | null)?.code === 'ELOCKED' ? EXIT_CONFIG : 1);
   }
   let agent: FleetAgent | null = null;
   if (config.localAgent) {

@@ -157,12 +157,12 @@ describe('all-in-one (ffleet start)', () => {
     ];
     try {
       const [second, agent] = cases as [ChildProcessHandle, ChildProcessHandle];
-      expect(await second.exited).toEqual({ code: 1, signal: null });
+      expect(await second.exited).toEqual({ code: 2, signal: null });
       expect(second.output()).toMatch(
         new RegExp(`^ffleet: the embedded database in .*/pglite is in use by process ${proc!.pid} \\(`, 'm'),
       );
       expect(second.output()).not.toContain('database ready');
-      expect(await agent.exited).toEqual({ code: 1, signal: null });
+      expect(await agent.exited).toEqual({ code: 2, signal: null });
       expect(agent.output()).toMatch(
         new RegExp(
           `^ffleet: agent failed to start: the outbox .*/agent-${local.name}/outbox is in use by process ${proc!.pid} `,

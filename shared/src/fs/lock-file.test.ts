@@ -1,5 +1,14 @@
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  utimesSync,
+  writeFileSync,
+} from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -39,6 +48,38 @@ describe('lock files', () => {
     } finally {
       other.kill('SIGKILL');
     }
+  });
+
+  it('is taken over from a process that is killed but not yet reaped (a zombie)', async () => {
+    // The shell's background child exits at once and nobody reaps it: `exec sleep` does not wait.
+    const parent = spawn('sh', ['-c', 'sleep 0.2 & echo $!; exec sleep 30'], {
+      stdio: ['ignore', 'pipe', 'ignore'],
+    });
+    try {
+      const zombie = Number(
+        await new Promise<string>((r) => parent.stdout.once('data', (d) => r(String(d)))),
+      );
+      for (let i = 0; i < 200 && !/\) Z /.test(readFileSync(`/proc/${zombie}/stat`, 'utf8')); i++)
+        await new Promise((r) => setTimeout(r, 10));
+      holder({ pid: zombie });
+      take()();
+    } finally {
+      parent.kill('SIGKILL');
+    }
+  });
+
+  it('is never taken over when it cannot be read, and says why', () => {
+    // A directory where the file should be: unreadable as a file, as a lock of another user is.
+    mkdirSync(lock);
+    expect(take).toThrow(/the thing cannot be checked: .*x\.lock is not readable/);
+    expect(statSync(lock).isDirectory()).toBe(true);
+  });
+
+  it('is taken over when its text names no process and host (not a lock of ours)', () => {
+    writeFileSync(lock, '{"pid":1}');
+    const old = new Date(Date.now() - 60_000);
+    utimesSync(lock, old, old);
+    take()();
   });
 
   it('is taken over from a process that is gone', () => {

@@ -18,6 +18,10 @@ type Holder = { pid: number; start: string | null; boot: string | null; host: st
 /** A lock file being written by its new owner right now reads empty or partial for this long at most. */
 const WRITE_WINDOW_MS = 5_000;
 
+/**
+ * Another process holds the lock, or it cannot be judged: a configuration error the operator must
+ * resolve (the ffleet command exits with code 2, so systemd does not restart it in a loop).
+ */
 export class LockedError extends Error {
   readonly code = 'ELOCKED';
 }
@@ -27,6 +31,24 @@ function readText(path: string): string | null {
     return readFileSync(path, 'utf8').trim();
   } catch {
     return null;
+  }
+}
+
+/** The lock file's text, null when it is gone; a file this user cannot read is never taken over. */
+function readLock(path: string, what: string): string | null {
+  try {
+    return readFileSync(path, 'utf8').trim();
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
+    let owner = '';
+    try {
+      owner = ` (it belongs to user id ${statSync(path).uid}, this process runs as ${process.getuid?.()})`;
+    } catch {
+      // Gone meanwhile: the message below still holds.
+    }
+    throw new LockedError(
+      `${what} cannot be checked: ${path} is not readable${owner}; run ffleet as the user that owns the data dir`,
+    );
   }
 }
 
@@ -43,10 +65,12 @@ const bootId = (): string | null => readText('/proc/sys/kernel/random/boot_id');
 function alive(pid: number): boolean {
   try {
     process.kill(pid, 0);
-    return true;
   } catch (err) {
     return (err as NodeJS.ErrnoException).code === 'EPERM';
   }
+  // A zombie (killed, not yet reaped by its parent) answers kill(0) but holds nothing any more.
+  const stat = readText(`/proc/${pid}/stat`);
+  return stat === null || stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
 }
 
 function me(): Holder {
@@ -80,15 +104,22 @@ export function takeLockFile(path: string, what: string, hint: string): () => vo
     try {
       fd = openSync(path, 'wx', 0o600);
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-      const text = readText(path);
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code === 'EACCES' || code === 'EPERM' || code === 'EROFS')
+        throw new LockedError(
+          `${what} cannot be used: ${(err as Error).message}; give the data dir (FFLEET_DATA_DIR) to the user ` +
+            `running ffleet${process.getuid ? ` (user id ${process.getuid()})` : ''}, or choose another`,
+        );
+      if (code !== 'EEXIST') throw err;
+      const text = readLock(path, what);
+      if (text === null) continue; // Released meanwhile: try again.
       let holder: Holder | null = null;
       try {
-        holder = text ? (JSON.parse(text) as Holder) : null;
+        holder = JSON.parse(text) as Holder;
       } catch {
         // Partial, or not ours: judged by its age below.
       }
-      if (holder && typeof holder.pid === 'number') {
+      if (holder && Number.isInteger(holder.pid) && typeof holder.host === 'string') {
         if (holds(holder)) throw inUse(path, what, hint, holder);
       } else {
         let age = Number.POSITIVE_INFINITY;
