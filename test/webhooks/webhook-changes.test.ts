@@ -171,6 +171,11 @@ describe.each(dbKinds)('changing or deleting a global webhook with deliveries pe
       lastError: 'webhook event changed',
     });
     expect(rows.find((d) => d.event === 'batch.created')?.state).not.toBe('failed');
+    // Its attempt cannot be redelivered to it any more: the webhook receives another event now.
+    const [old] = (await listExecutions(t.db)).filter((e) => e.event === 'preset.created');
+    const again = await t.call('POST', `/api/v1/webhooks/executions/${old!.id}/redeliver`);
+    expect(again.status).toBe(409);
+    expect(await again.json()).toMatchObject({ code: 'WEBHOOK_EVENT_CHANGED' });
   });
 
   it('fails a row written before its webhook changed event, at its claim, without sending it', {

@@ -33,6 +33,12 @@ export const redeliverThrough =
         `the webhook of execution ${id} was deleted; it cannot be redelivered`,
       );
     }
+    if (r.error === 'webhook_event_changed') {
+      throw new ConflictError(
+        'WEBHOOK_EVENT_CHANGED',
+        `the webhook of execution ${id} now receives another event; it cannot be redelivered`,
+      );
+    }
     throw new NotFoundError('execution', id);
   };
 

@@ -133,10 +133,13 @@ export async function getExecution(ctx: ServiceContext, id: string) {
  * A redelivery of a global webhook's attempt goes to the webhook as it is now; once the webhook is
  * deleted there is nowhere to send it. 409, not 404: the execution exists, its webhook does not.
  */
-export async function assertRedeliverable(ctx: ServiceContext, execution: { webhook: string | null }) {
+export async function assertRedeliverable(
+  ctx: ServiceContext,
+  execution: { webhook: string | null; event: string },
+) {
   if (execution.webhook === null) return;
   const [w] = await ctx.database.db
-    .select({ id: webhooks.id })
+    .select({ id: webhooks.id, event: webhooks.event })
     .from(webhooks)
     .where(eq(webhooks.id, execution.webhook));
   if (!w) {
@@ -145,4 +148,12 @@ export async function assertRedeliverable(ctx: ServiceContext, execution: { webh
       `webhook ${JSON.stringify(execution.webhook)} of this execution was deleted; it cannot be redelivered`,
     );
   }
+  if (w.event !== execution.event) throw eventChanged(execution.webhook, w.event, execution.event);
 }
+
+/** 409 for a redelivery to a global webhook that now subscribes to another event. */
+const eventChanged = (webhook: string, now: string, was: string) =>
+  new ConflictError(
+    'WEBHOOK_EVENT_CHANGED',
+    `webhook ${JSON.stringify(webhook)} now receives ${now}, not ${was}; it cannot be redelivered`,
+  );

@@ -16,7 +16,7 @@ export type QueuedDelivery = {
 
 export type RedeliverResult =
   | { ok: true; delivery: QueuedDelivery }
-  | { ok: false; error: 'execution_not_found' | 'webhook_deleted' };
+  | { ok: false; error: 'execution_not_found' | 'webhook_deleted' | 'webhook_event_changed' };
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
@@ -34,7 +34,8 @@ type Row = {
  * Queue the event of an execution again, as a fresh delivery with its own four attempts. The payload
  * (and so `webhook-id`) is the original event's, letting receivers deduplicate. A global webhook's
  * delivery goes to the webhook as it is now (its URL may have moved, its secret been rotated); once the
- * webhook is deleted there is nowhere to send it (`webhook_deleted`). A direct webhook's goes to the
+ * webhook is deleted there is nowhere to send it (`webhook_deleted`), nor once it receives another event
+ * (`webhook_event_changed`: the claim would drop the row unsent). A direct webhook's goes to the
  * URL it was sent to. Never progress-only, so it is never coalesced away.
  */
 export async function queueRedelivery(
@@ -54,7 +55,7 @@ export async function queueRedelivery(
     FROM webhook_executions x
     JOIN deliveries d ON d.id = x.delivery_id
     LEFT JOIN webhooks w ON w.id = d.webhook_id
-    WHERE x.id = ${executionId}::uuid AND (d.webhook_id IS NULL OR w.id IS NOT NULL)
+    WHERE x.id = ${executionId}::uuid AND (d.webhook_id IS NULL OR w.event = d.event)
     RETURNING id, event_id, event, webhook_id, source, url, created_at`,
   );
   if (!row) return { ok: false, error: await whyNotRedeliverable(database, executionId) };
@@ -73,15 +74,20 @@ export async function queueRedelivery(
   };
 }
 
-/** Nothing was queued: tell a deleted webhook from a missing execution (or its pruned delivery). */
+/**
+ * Nothing was queued: tell a deleted webhook, or one that now receives another event, from a missing
+ * execution (or its pruned delivery).
+ */
 async function whyNotRedeliverable(
   database: Database,
   executionId: string,
-): Promise<'execution_not_found' | 'webhook_deleted'> {
-  const [row] = await database.rows<{ webhook_id: string }>(
+): Promise<'execution_not_found' | 'webhook_deleted' | 'webhook_event_changed'> {
+  const [row] = await database.rows<{ webhook_id: string; current: string | null }>(
     database.db,
-    sql`SELECT d.webhook_id FROM webhook_executions x JOIN deliveries d ON d.id = x.delivery_id
+    sql`SELECT d.webhook_id, w.event AS current FROM webhook_executions x
+        JOIN deliveries d ON d.id = x.delivery_id LEFT JOIN webhooks w ON w.id = d.webhook_id
         WHERE x.id = ${executionId}::uuid AND d.webhook_id IS NOT NULL`,
   );
-  return row ? 'webhook_deleted' : 'execution_not_found';
+  if (!row) return 'execution_not_found';
+  return row.current === null ? 'webhook_deleted' : 'webhook_event_changed';
 }
