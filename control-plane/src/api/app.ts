@@ -167,6 +167,12 @@ export function createApp(deps: AppDeps) {
   );
   app.onError((err, c) => {
     if (err instanceof HttpError) return problem(c, err);
+    // The client went away, or sent a body Node could not parse, while it was read: not a server error
+    // (Node answers a malformed body itself, as client-errors.ts words it).
+    if ((err as NodeJS.ErrnoException).code === 'ECONNRESET') {
+      logger.debug({ err, requestId: c.get('requestId'), path: c.req.path }, 'request body aborted');
+      return problem(c, new HttpError(400, 'REQUEST_ABORTED', 'Bad Request', 'the request body was cut off'));
+    }
     logger.error({ err, requestId: c.get('requestId'), path: c.req.path }, 'unhandled error');
     return problem(
       c,

@@ -32,6 +32,24 @@ describe('error responses', () => {
     expect(p.type).toMatch(/^https:\/\//);
   });
 
+  it('400 REQUEST_ABORTED, not a logged 500, when the client goes away while its body is read', async () => {
+    const body = new ReadableStream({
+      start(controller) {
+        controller.enqueue(new TextEncoder().encode('{"name":'));
+        controller.error(Object.assign(new Error('aborted'), { code: 'ECONNRESET' }));
+      },
+    });
+    const r = await t.app.fetch(
+      new Request('http://127.0.0.1/api/v1/presets', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body,
+        duplex: 'half',
+      } as RequestInit),
+    );
+    await expectProblem(r, 400, 'REQUEST_ABORTED');
+  });
+
   it('422 when the JSON is not an object', async () => {
     for (const body of ['[]', '"text"', '42', 'null', 'true']) {
       await expectProblem(await t.call('POST', '/api/v1/webhooks', body), 422, 'VALIDATION_FAILED');
