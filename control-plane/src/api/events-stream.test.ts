@@ -42,6 +42,20 @@ async function listen(fetch: (req: Request) => Response | Promise<Response>) {
 }
 
 /** An SSE connection read message by message (comments skipped). */
+/** Open a stream, hand it to `use`, and close it whatever happens. */
+async function withStream<T>(
+  url: string,
+  headers: Record<string, string>,
+  use: (s: Awaited<ReturnType<typeof openStream>>) => Promise<T>,
+): Promise<T> {
+  const s = await openStream(url, headers);
+  try {
+    return await use(s);
+  } finally {
+    await s.close();
+  }
+}
+
 async function openStream(url: string, headers: Record<string, string> = {}) {
   const res = await fetch(url, { headers });
   const reader = res.body!.getReader();
@@ -132,8 +146,7 @@ describe('GET /api/v1/events resumption (Last-Event-ID), on the app', () => {
       payload('batch.created'),
     );
 
-    const again = await openStream(`${server.base}/api/v1/events`, { 'Last-Event-ID': seen[2]!.id });
-    try {
+    await withStream(`${server.base}/api/v1/events`, { 'Last-Event-ID': seen[2]!.id }, async (again) => {
       expect(again.res.status).toBe(200);
       expect(await again.ready()).toEqual({ resumed: true, replayed: 3 });
       expect(await again.take(3)).toEqual(asMessages(missed));
@@ -144,31 +157,23 @@ describe('GET /api/v1/events resumption (Last-Event-ID), on the app', () => {
       expect(JSON.parse(created.data).data.taskId).toBe(task.id);
       const live = publish(payload(), payload());
       expect(await again.take(2)).toEqual(asMessages(live));
-    } finally {
-      await again.close();
-    }
+    });
 
     // From the newest id: nothing to replay, the stream is resumed all the same.
     const newest = publish(payload())[0]!;
-    const upToDate = await openStream(`${server.base}/api/v1/events`, { 'Last-Event-ID': newest.id });
-    try {
+    await withStream(`${server.base}/api/v1/events`, { 'Last-Event-ID': newest.id }, async (upToDate) => {
       expect(await upToDate.ready()).toEqual({ resumed: true, replayed: 0 });
       const live = publish(payload());
       expect(await upToDate.next()).toEqual(asMessages(live)[0]);
-    } finally {
-      await upToDate.close();
-    }
+    });
   });
 
   it('takes the id from ?lastEventId= too, and prefers the header', async () => {
     const [a, b, c] = publish(payload(), payload(), payload());
-    const byQuery = await openStream(`${server.base}/api/v1/events?lastEventId=${a!.id}`);
-    try {
+    await withStream(`${server.base}/api/v1/events?lastEventId=${a!.id}`, {}, async (byQuery) => {
       expect(await byQuery.ready()).toEqual({ resumed: true, replayed: 2 });
       expect(await byQuery.take(2)).toEqual(asMessages([b!, c!]));
-    } finally {
-      await byQuery.close();
-    }
+    });
     // An EventSource opened with ?lastEventId= keeps it in its URL and sends newer ids in the header.
     const both = await openStream(`${server.base}/api/v1/events?lastEventId=${a!.id}`, {
       'Last-Event-ID': b!.id.toUpperCase(),
@@ -202,8 +207,7 @@ describe('GET /api/v1/events resumption (Last-Event-ID), on the app', () => {
       payload('task.deleted'),
     );
 
-    const again = await openStream(url, { 'Last-Event-ID': last.id });
-    try {
+    await withStream(url, { 'Last-Event-ID': last.id }, async (again) => {
       expect(await again.ready()).toEqual({ resumed: true, replayed: 3 });
       const [realDeleted, ...rest] = await again.take(3);
       expect(realDeleted!.event).toBe('task.deleted');
@@ -211,22 +215,17 @@ describe('GET /api/v1/events resumption (Last-Event-ID), on the app', () => {
       expect(rest).toEqual(asMessages([batch!, deleted!]));
       const [, live] = publish(payload('task.updated'), payload('task.deleted'));
       expect(await again.next()).toEqual(asMessages([live!])[0]);
-    } finally {
-      await again.close();
-    }
+    });
   });
 
   it('opens with resumed: false for an id it does not hold, and streams live events', async () => {
     const unknown = randomUUID();
-    const s = await openStream(`${server.base}/api/v1/events`, { 'Last-Event-ID': unknown });
-    try {
+    await withStream(`${server.base}/api/v1/events`, { 'Last-Event-ID': unknown }, async (s) => {
       expect(s.res.status).toBe(200);
       expect(await s.ready()).toEqual({ resumed: false, lastEventId: unknown });
       const live = publish(payload(), payload('task.deleted'));
       expect(await s.take(2)).toEqual(asMessages(live));
-    } finally {
-      await s.close();
-    }
+    });
   });
 
   it('treats a malformed Last-Event-ID as unknown, never a 500', async () => {
@@ -234,17 +233,14 @@ describe('GET /api/v1/events resumption (Last-Event-ID), on the app', () => {
     const [notUuid, after] = publish({ ...payload(), id: 'plain-id' }, payload());
     const long = 'x'.repeat(300);
     for (const id of ['not-a-uuid', long, `${randomUUID()}x`, notUuid!.id, ' ']) {
-      const s = await openStream(`${server.base}/api/v1/events`, { 'Last-Event-ID': id });
-      try {
+      await withStream(`${server.base}/api/v1/events`, { 'Last-Event-ID': id }, async (s) => {
         expect(s.res.status).toBe(200);
         const ready = await s.ready();
         if (id.trim() === '') expect(ready).toEqual({});
         else expect(ready).toEqual({ resumed: false, lastEventId: id.slice(0, 100) });
         const live = publish(payload());
         expect(await s.next()).toEqual(asMessages(live)[0]);
-      } finally {
-        await s.close();
-      }
+      });
     }
     const byQuery = await openStream(
       `${server.base}/api/v1/events?lastEventId=${encodeURIComponent('%<>"')}`,
@@ -313,24 +309,18 @@ describe('GET /api/v1/events resumption, history and client bounds', () => {
       const p = Array.from({ length: 5 }, () => payload());
       for (const e of p) bus.publish(e);
       for (const gone of [p[0]!, p[1]!]) {
-        const s = await openStream(`${server.base}/events`, { 'Last-Event-ID': gone.id });
-        try {
+        await withStream(`${server.base}/events`, { 'Last-Event-ID': gone.id }, async (s) => {
           expect(await s.ready()).toEqual({ resumed: false, lastEventId: gone.id });
           const live = payload();
           bus.publish(live);
           expect(await s.next()).toEqual(asMessages([live])[0]);
-        } finally {
-          await s.close();
-        }
+        });
       }
       // The two published in the loop above pushed p[2] and p[3] out as well.
-      const s = await openStream(`${server.base}/events`, { 'Last-Event-ID': p[4]!.id });
-      try {
+      await withStream(`${server.base}/events`, { 'Last-Event-ID': p[4]!.id }, async (s) => {
         expect(await s.ready()).toEqual({ resumed: true, replayed: 2 });
         expect((await s.take(2)).map((m) => m.event)).toEqual(['task.updated', 'task.updated']);
-      } finally {
-        await s.close();
-      }
+      });
     } finally {
       await server.close();
       history.stop();
@@ -349,19 +339,13 @@ describe('GET /api/v1/events resumption, history and client bounds', () => {
       await first.close();
       const p = Array.from({ length: 5 }, () => payload('task.updated', pad));
       for (const e of p) bus.publish(e);
-      const gone = await openStream(`${server.base}/events`, { 'Last-Event-ID': p[1]!.id });
-      try {
+      await withStream(`${server.base}/events`, { 'Last-Event-ID': p[1]!.id }, async (gone) => {
         expect(await gone.ready()).toEqual({ resumed: false, lastEventId: p[1]!.id });
-      } finally {
-        await gone.close();
-      }
-      const held = await openStream(`${server.base}/events`, { 'Last-Event-ID': p[2]!.id });
-      try {
+      });
+      await withStream(`${server.base}/events`, { 'Last-Event-ID': p[2]!.id }, async (held) => {
         expect(await held.ready()).toEqual({ resumed: true, replayed: 2 });
         expect(await held.take(2)).toEqual(asMessages(p.slice(3)));
-      } finally {
-        await held.close();
-      }
+      });
     } finally {
       await server.close();
       history.stop();
@@ -382,23 +366,17 @@ describe('GET /api/v1/events resumption, history and client bounds', () => {
       const p = Array.from({ length: 5 }, () => payload('task.updated', pad));
       for (const e of p) bus.publish(e);
       // 4 missed events: more than the client may have waiting, so no replay; the client resyncs.
-      const tooFar = await openStream(`${server.base}/events`, { 'Last-Event-ID': p[0]!.id });
-      try {
+      await withStream(`${server.base}/events`, { 'Last-Event-ID': p[0]!.id }, async (tooFar) => {
         expect(await tooFar.ready()).toEqual({ resumed: false, lastEventId: p[0]!.id });
         const live = payload();
         bus.publish(live);
         expect(await tooFar.next()).toEqual(asMessages([live])[0]);
-      } finally {
-        await tooFar.close();
-      }
+      });
       // Three of them and the live one fit; the filter counts only what is sent.
-      const fits = await openStream(`${server.base}/events`, { 'Last-Event-ID': p[1]!.id });
-      try {
+      await withStream(`${server.base}/events`, { 'Last-Event-ID': p[1]!.id }, async (fits) => {
         expect(await fits.ready()).toEqual({ resumed: true, replayed: 4 });
         expect((await fits.take(4)).slice(0, 3)).toEqual(asMessages(p.slice(2)));
-      } finally {
-        await fits.close();
-      }
+      });
       const filtered = await openStream(`${server.base}/events?events=task.created`, {
         'Last-Event-ID': p[0]!.id,
       });
