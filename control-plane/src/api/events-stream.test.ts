@@ -42,6 +42,13 @@ async function listen(fetch: (req: Request) => Response | Promise<Response>) {
 }
 
 /** An SSE connection read message by message (comments skipped). */
+/** A client that connects and leaves: the history records from the first client on. */
+async function connectOnce(url: string): Promise<void> {
+  await withStream(url, {}, async (s) => {
+    await s.ready();
+  });
+}
+
 /** Open a stream, hand it to `use`, and close it whatever happens. */
 async function withStream<T>(
   url: string,
@@ -119,9 +126,7 @@ describe('GET /api/v1/events resumption (Last-Event-ID), on the app', () => {
   beforeAll(async () => {
     server = await listen(t.app.fetch);
     // The history records from the first client on; connect one so each test also passes alone.
-    const first = await openStream(`${server.base}/api/v1/events`);
-    await first.ready();
-    await first.close();
+    await connectOnce(`${server.base}/api/v1/events`);
   });
   afterAll(() => server?.close());
 
@@ -303,9 +308,7 @@ describe('GET /api/v1/events resumption, history and client bounds', () => {
     const history = new EventHistory(bus, { maxEvents: 3 });
     const server = await streamServer(history);
     try {
-      const first = await openStream(`${server.base}/events`);
-      await first.ready(); // recording starts with the first client
-      await first.close();
+      await connectOnce(`${server.base}/events`);
       const p = Array.from({ length: 5 }, () => payload());
       for (const e of p) bus.publish(e);
       for (const gone of [p[0]!, p[1]!]) {
@@ -334,9 +337,7 @@ describe('GET /api/v1/events resumption, history and client bounds', () => {
     const history = new EventHistory(bus, { maxBytes: 3 * size });
     const server = await streamServer(history);
     try {
-      const first = await openStream(`${server.base}/events`);
-      await first.ready();
-      await first.close();
+      await connectOnce(`${server.base}/events`);
       const p = Array.from({ length: 5 }, () => payload('task.updated', pad));
       for (const e of p) bus.publish(e);
       await withStream(`${server.base}/events`, { 'Last-Event-ID': p[1]!.id }, async (gone) => {
@@ -360,9 +361,7 @@ describe('GET /api/v1/events resumption, history and client bounds', () => {
     // Room for three of them, and the small live one published below.
     const server = await streamServer(history, 3 * size + 500);
     try {
-      const first = await openStream(`${server.base}/events`);
-      await first.ready();
-      await first.close();
+      await connectOnce(`${server.base}/events`);
       const p = Array.from({ length: 5 }, () => payload('task.updated', pad));
       for (const e of p) bus.publish(e);
       // 4 missed events: more than the client may have waiting, so no replay; the client resyncs.
