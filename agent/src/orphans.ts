@@ -1,4 +1,5 @@
 import { readdirSync, readFileSync } from 'node:fs';
+import { processStartTime, procStatFields } from '@ffleet/shared';
 
 /**
  * Every process an agent starts (scripts, transcoder) carries this variable:
@@ -6,22 +7,9 @@ import { readdirSync, readFileSync } from 'node:fs';
  */
 export const RUN_MARK_VAR = 'FFLEET_AGENT_RUN';
 
-/** The fields of /proc/<pid>/stat after the command name (state, ppid, pgrp, …), or null when it is gone. */
-function statFields(pid: number | string): string[] | null {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'latin1');
-    return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  } catch {
-    return null;
-  }
-}
-
-/** A process's start time (clock ticks since boot, field 22 of its stat), or null when it is gone. */
-const startTime = (pid: number | string): string | null => statFields(pid)?.[19] ?? null;
-
 /** The mark of this agent process's runs (see RUN_MARK_VAR). */
 export function runMark(agentName: string, bootId: string): string {
-  return `${agentName}:${bootId}:${process.pid}:${startTime(process.pid) ?? ''}`;
+  return `${agentName}:${bootId}:${process.pid}:${processStartTime(process.pid) ?? ''}`;
 }
 
 /**
@@ -31,13 +19,14 @@ export function runMark(agentName: string, bootId: string): string {
 function ownerAlive(rest: string): boolean {
   const [, pid, start] = rest.split(':');
   if (!pid || !start) return false;
-  return startTime(pid) === start;
+  return processStartTime(pid) === start;
 }
 
 /**
  * Kill the process groups a previous incarnation of this agent left behind. Steps run in their own
- * process group (so cancel can kill a whole tree), which also means a SIGKILLed agent's ffmpeg keeps
- * running and writing; the restarted agent (systemd restarts it within seconds) ends them here.
+ * process group (so cancel can kill a whole tree). A SIGKILLed agent's direct children die with it
+ * (the native spawner's PR_SET_PDEATHSIG), but what a script started itself, or what Node's spawn
+ * started where the spawner is not built, keeps running; the restarted agent ends them here.
  * Linux: processes are found by the mark in /proc/<pid>/environ. Returns the killed group ids.
  */
 export function killOrphanedRuns(agentName: string, currentBootId: string): number[] {
@@ -60,7 +49,7 @@ export function killOrphanedRuns(agentName: string, currentBootId: string): numb
     if (!mark) continue;
     const rest = mark.slice(prefix.length);
     if (rest.split(':')[0] === currentBootId || ownerAlive(rest)) continue;
-    const pgrp = Number(statFields(pid)?.[2]);
+    const pgrp = Number(procStatFields(pid)?.[2]);
     if (pgrp > 1) groups.add(pgrp);
   }
   for (const g of groups) {

@@ -2,6 +2,7 @@ export * from './command/index.ts';
 export * from './config/env-problems.ts';
 export * from './fs/lock-file.ts';
 export * from './fs/make-directory.ts';
+export * from './fs/proc-stat.ts';
 export * from './protocol/messages.ts';
 export * from './protocol/topics.ts';
 export * from './schemas/agent.ts';

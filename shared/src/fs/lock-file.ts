@@ -12,6 +12,7 @@
  */
 import { closeSync, openSync, readFileSync, statSync, unlinkSync, writeSync } from 'node:fs';
 import { hostname } from 'node:os';
+import { processStartTime, procStatFields } from './proc-stat.ts';
 
 type Holder = { pid: number; start: string | null; boot: string | null; host: string; command: string };
 
@@ -52,14 +53,6 @@ function readLock(path: string, what: string): string | null {
   }
 }
 
-/** Field 22 of /proc/<pid>/stat: when the process started, in clock ticks after boot; null off Linux. */
-function startTime(pid: number): string | null {
-  const stat = readText(`/proc/${pid}/stat`);
-  if (stat === null) return null;
-  // The command name (field 2) may hold spaces and parentheses: count from the last ')'.
-  return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19] ?? null;
-}
-
 const bootId = (): string | null => readText('/proc/sys/kernel/random/boot_id');
 
 function alive(pid: number): boolean {
@@ -69,14 +62,13 @@ function alive(pid: number): boolean {
     return (err as NodeJS.ErrnoException).code === 'EPERM';
   }
   // A zombie (killed, not yet reaped by its parent) answers kill(0) but holds nothing any more.
-  const stat = readText(`/proc/${pid}/stat`);
-  return stat === null || stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
+  return procStatFields(pid)?.[0] !== 'Z';
 }
 
 function me(): Holder {
   return {
     pid: process.pid,
-    start: startTime(process.pid),
+    start: processStartTime(process.pid),
     boot: bootId(),
     host: hostname(),
     command: process.argv.slice(1).join(' ').slice(0, 200),
@@ -88,7 +80,7 @@ function holds(h: Holder): boolean {
   if (h.host !== hostname()) return true;
   if (h.boot && bootId() && h.boot !== bootId()) return false;
   if (!alive(h.pid)) return false;
-  const start = startTime(h.pid);
+  const start = processStartTime(h.pid);
   return h.start === null || start === null || start === h.start;
 }
 
