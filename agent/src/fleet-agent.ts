@@ -94,8 +94,12 @@ export class FleetAgent {
   #labels: string[];
   #paused = false;
   #draining = false;
+  /** A forced stop (second SIGTERM): every run, also one a claim answered late starts, is handed back. */
+  #handingBack = false;
   #refused = '';
   #claimPending: string | null = null;
+  /** Waiting for the claim in flight to be answered or given up (see #claimSettled). */
+  readonly #claimWaiters: Array<() => void> = [];
   /** A reason to claim (hint, freed slot, config) came while a claim was pending: claim again on its answer. */
   #claimAgain = false;
   /** The latest assigned watchfolders; the watch code is loaded only once there is one. */
@@ -173,17 +177,26 @@ export class FleetAgent {
   async drain(): Promise<void> {
     this.#startDraining();
     this.#applyWatch([]);
+    // A claim the control plane granted just before the signal: its tasks are ours (RUNNING on the
+    // control plane) and run like the others; leaving before its answer would strand them until their
+    // lease expired.
+    await this.#claimSettled();
     await Promise.allSettled([...this.#runs.values()].map((r) => r.done));
   }
 
   /** Second SIGTERM: kill running work and hand the tasks back to the queue (not a failure). */
   async handBack(): Promise<void> {
     this.#startDraining();
-    for (const r of this.#runs.values()) {
-      r.handingBack = true;
-      r.abort.abort(HANDED_BACK);
-    }
+    this.#handingBack = true;
+    for (const r of this.#runs.values()) this.#handBackRun(r);
+    // Tasks of a claim answered meanwhile are handed back as they arrive (#startRun).
+    await this.#claimSettled();
     await Promise.allSettled([...this.#runs.values()].map((r) => r.done));
+  }
+
+  #handBackRun(r: Run): void {
+    r.handingBack = true;
+    r.abort.abort(HANDED_BACK);
   }
 
   /**
@@ -207,7 +220,7 @@ export class FleetAgent {
   async #quiesce(): Promise<void> {
     this.#draining = true;
     if (this.#pollTimer) clearInterval(this.#pollTimer);
-    if (this.#claimTimer) clearTimeout(this.#claimTimer);
+    // The claim timer stays: it gives up a claim in flight, which drain and handBack wait for.
     await this.#watchLoading;
     await this.#watch?.stopAll();
   }
@@ -338,14 +351,27 @@ export class FleetAgent {
     const requestId = randomUUID();
     this.#claimPending = requestId;
     if (this.#claimTimer) clearTimeout(this.#claimTimer);
-    this.#claimTimer = setTimeout(() => {
-      if (this.#claimPending === requestId) this.#claimPending = null;
-    }, CLAIM_TIMEOUT_MS);
+    this.#claimTimer = setTimeout(() => this.#settleClaim(requestId), CLAIM_TIMEOUT_MS);
+    this.#claimTimer.unref();
     // Through the session's ordered publisher: a claim made as a run ends leaves after that run's final
     // report, so the control plane (which handles an agent's messages in order) already sees the slot free.
     void this.#session.request({ type: 'claim', requestId, max: free }, { durable: false }).then((r) => {
-      if (!r.ok && this.#claimPending === requestId) this.#claimPending = null;
+      if (!r.ok) this.#settleClaim(requestId);
     });
+  }
+
+  /** The claim `requestId` is answered, failed or given up: no claim is in flight any more. */
+  #settleClaim(requestId: string): void {
+    if (this.#claimPending !== requestId) return;
+    this.#claimPending = null;
+    if (this.#claimTimer) clearTimeout(this.#claimTimer);
+    for (const resolve of this.#claimWaiters.splice(0)) resolve();
+  }
+
+  /** Resolves once no claim is in flight (at most CLAIM_TIMEOUT_MS after it was sent). */
+  #claimSettled(): Promise<void> {
+    if (!this.#claimPending) return Promise.resolve();
+    return new Promise((resolve) => this.#claimWaiters.push(resolve));
   }
 
   #applyWatch(list: readonly WatchfolderAssignment[]): void {
@@ -376,11 +402,9 @@ export class FleetAgent {
   #onInbox(m: InboxMessage): void {
     switch (m.type) {
       case 'claim.result': {
-        if (this.#claimPending === m.requestId) {
-          this.#claimPending = null;
-          if (this.#claimTimer) clearTimeout(this.#claimTimer);
-        }
+        // Runs start before the claim settles: drain and handBack, woken by it, then wait for them too.
         for (const c of m.tasks) this.#startRun(c);
+        this.#settleClaim(m.requestId);
         if (m.tasks.length > 0 || this.#claimAgain) this.#claim();
         return;
       }
@@ -449,6 +473,8 @@ export class FleetAgent {
     // After a hand-back starts, the run's own (cancel) reports are dropped: the task goes back to the queue.
     const reporter = coalescingReporter(send, () => run.handingBack);
     this.#log.info({ taskId: task.id, attempt }, 'task claimed');
+    // Claimed as a forced stop began: it goes straight back to the queue, nothing is started.
+    if (this.#handingBack) this.#handBackRun(run);
     run.done = runTask({
       claimed,
       transcoderPath: this.#transcoder.path,
