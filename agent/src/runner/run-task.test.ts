@@ -143,6 +143,8 @@ describe('runTask: success', () => {
       preProcessing: { sidecarPath: { resolved: preSidecarPath } },
     });
     expect(preSidecar.preProcessing.startedAt).toBeGreaterThan(0);
+    // The snapshot is the task as it is now, its updatedAt too (not the claim's).
+    expect(preSidecar.updatedAt).toBeGreaterThanOrEqual(preSidecar.preProcessing.startedAt);
     expect(existsSync(fx.file('pre', 'output-existed'))).toBe(false);
 
     // Post-processing: every path resolved, status RUNNING, the output already written.
@@ -163,6 +165,8 @@ describe('runTask: success', () => {
     expect(postSidecar.command.resolved).toContain('-metadata');
     expect(postSidecar.preProcessing.finishedAt).toBeGreaterThan(0);
     expect(postSidecar.postProcessing.startedAt).toBeGreaterThan(0);
+    expect(postSidecar.updatedAt).toBeGreaterThanOrEqual(postSidecar.postProcessing.startedAt);
+    expect(postSidecar.remaining).toBe(0);
     expect(readFileSync(fx.file('post', 'output-existed'), 'utf8')).toBe('yes\n');
 
     // The resolved command is a faithful, re-tokenizable picture of what ran.

@@ -63,7 +63,7 @@ export async function runTask(options: RunTaskOptions): Promise<RunTaskResult> {
   const now = options.now ?? (() => new Date());
   const { task, attempt } = options.claimed;
   const logger = options.logger.child({ component: 'runner', taskId: task.id, attempt });
-  const state = new TaskState(task, options.reporter);
+  const state = new TaskState(task, options.reporter, now);
   const logs = createRunLogs(options.reporter);
   const throttle = new ProgressThrottle((p) => state.apply(p));
   logger.info('task run started');

@@ -20,7 +20,7 @@ export interface TaskReporter {
 
 /**
  * The runner's copy of the task: every change goes through {@link apply}, which updates the copy
- * (so sidecars show the current state) and reports the same patch.
+ * (so sidecars show the current state, `updatedAt` included) and reports the same patch.
  */
 export class TaskState {
   readonly task: Task;
@@ -28,6 +28,7 @@ export class TaskState {
   constructor(
     task: Task,
     private readonly reporter: TaskReporter,
+    private readonly now: () => Date = () => new Date(),
   ) {
     this.task = structuredClone(task);
   }
@@ -35,6 +36,8 @@ export class TaskState {
   /** Apply a patch to the copy and report it (`defer`: see {@link TaskReporter.update}). */
   apply(patch: TaskPatch, opts?: { defer?: boolean }): void {
     Object.assign(this.task, structuredClone(patch) as Partial<Task>);
+    // The control plane stamps its own updatedAt when it applies the report; this one is the copy's.
+    this.task.updatedAt = Math.max(this.task.updatedAt, this.now().getTime());
     this.reporter.update(patch, opts);
   }
 }

@@ -72,6 +72,25 @@ describe.each(dbKinds)('claims on %s', (kind) => {
     expect(rest.map((r) => r.status)).toEqual(['QUEUED', 'QUEUED']);
   });
 
+  it('claims into PRE_PROCESSING at remaining 0 (its start) or into RUNNING at remaining -1 (unknown)', async () => {
+    const agent = await insertAgent(t.db, {});
+    const caps = agentCapabilities({ ...agent, labels: agent.reportedLabels });
+    const post = async (body: Record<string, unknown>) =>
+      (await json<{ id: string }>(await t.call('POST', '/api/v1/tasks', { ...VALID.task(), ...body }), 201))
+        .id;
+    const pre = await post({ priority: 2, preProcessing: { scriptPath: '/opt/check.sh' } });
+    const sidecarOnly = await post({ priority: 1, preProcessing: { sidecarPath: '/tmp/side.json' } });
+    const plain = await post({});
+    const claimed = await new GroupCommit(t.ctx).run((tx, ev) =>
+      claimTasksIn(tx, ev, Date.now(), { id: agent.id, name: agent.name, capabilities: caps }, 3, 60_000),
+    );
+    expect(claimed.map((c) => [c.task.id, c.task.status, c.task.remaining])).toEqual([
+      [pre, 'PRE_PROCESSING', 0],
+      [sidecarOnly, 'PRE_PROCESSING', 0],
+      [plain, 'RUNNING', -1],
+    ]);
+  });
+
   it('finds the tasks to claim through indexes only, also once ANALYZE has seen a long queue', async () => {
     // 2,000 queued tasks, counted by ANALYZE: with `id IN (candidates)` the planner then chose a hash
     // semi join over a sequential scan of the whole table for every claim.

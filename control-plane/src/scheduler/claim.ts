@@ -8,6 +8,10 @@ import { ph, runCached } from '../db/statement-cache.ts';
 import type { EmittedEvents } from '../events/outbox.ts';
 import { emitTaskUpdated } from '../services/tasks.ts';
 
+/** Pre-processing is "defined" when it names a script or a sidecar (the runner's rule too). */
+const hasPreProcessing = sql`(coalesce(${tasks.preProcessing}->'scriptPath'->>'raw', '') <> ''
+        OR coalesce(${tasks.preProcessing}->'sidecarPath'->>'raw', '') <> '')`;
+
 /** The bound form of each capability list, kept while the list lives (the fleet keeps one per agent row). */
 const boundCapabilities = new WeakMap<readonly string[], string>();
 
@@ -109,9 +113,7 @@ export async function claimTasksIn(
       return tx
         .update(tasks)
         .set({
-          // Pre-processing is "defined" when it names a script or a sidecar (the runner's rule too).
-          status: sql`CASE WHEN coalesce(${tasks.preProcessing}->'scriptPath'->>'raw', '') <> ''
-        OR coalesce(${tasks.preProcessing}->'sidecarPath'->>'raw', '') <> '' THEN 'PRE_PROCESSING' ELSE 'RUNNING' END`,
+          status: sql`CASE WHEN ${hasPreProcessing} THEN 'PRE_PROCESSING' ELSE 'RUNNING' END`,
           attempt: sql`${tasks.attempt} + 1`,
           leaseToken: sql`gen_random_uuid()::text`,
           leaseExpiresAt: ph('leaseExpiresAt'),
@@ -121,7 +123,8 @@ export async function claimTasksIn(
           startedAt: ph('now'),
           finishedAt: 0,
           progress: 0,
-          remaining: -1,
+          // Unknown (-1) once the transcoder runs; a task in pre-processing is still at its start (spec: 0).
+          remaining: sql`CASE WHEN ${hasPreProcessing} THEN 0 ELSE -1 END`,
           error: '',
           cancelRequested: false,
           updatedAt: ph('now'),
