@@ -1,10 +1,12 @@
 import { randomUUID } from 'node:crypto';
-import { arch, hostname, platform } from 'node:os';
+import { hostname } from 'node:os';
 import { join } from 'node:path';
 import {
+  archName,
   type ClaimedTask,
   type InboxMessage,
   isDoneStatus,
+  osName,
   PROTOCOL_VERSION,
   parseMessage,
   type RunningTask,
@@ -295,8 +297,8 @@ export class FleetAgent {
       version: this.#version,
       protocol: PROTOCOL_VERSION,
       hostname: hostname(),
-      os: platform(),
-      arch: arch(),
+      os: osName(),
+      arch: archName(),
       transcoder: this.#transcoder
         ? { path: this.#transcoder.path, version: this.#transcoder.version }
         : null,

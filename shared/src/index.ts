@@ -3,6 +3,7 @@ export * from './config/env-problems.ts';
 export * from './fs/lock-file.ts';
 export * from './fs/make-directory.ts';
 export * from './fs/proc-stat.ts';
+export * from './platform/platform-names.ts';
 export * from './protocol/messages.ts';
 export * from './protocol/topics.ts';
 export * from './schemas/agent.ts';

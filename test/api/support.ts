@@ -113,7 +113,7 @@ export async function insertAgent(db: Database, over: Partial<typeof agents.$inf
       version: '0.1.0',
       hostname: 'host-a',
       os: 'linux',
-      arch: 'x64',
+      arch: 'amd64',
       transcoder: { path: '/usr/bin/ffmpeg', version: '5.1' },
       encoders: ['libx264'],
       hwaccels: [],

@@ -66,7 +66,7 @@ class SimAgent {
         protocol: PROTOCOL_VERSION,
         hostname: 'sim',
         os: 'linux',
-        arch: 'x64',
+        arch: 'amd64',
         transcoder: { path: '/usr/bin/true', version: 'sim' },
         encoders: [],
         hwaccels: [],

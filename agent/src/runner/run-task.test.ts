@@ -1,6 +1,6 @@
 // biome-ignore-all lint/suspicious/noTemplateCurlyInString: ${NAME} wildcards are literal text here, not template placeholders.
 import { copyFileSync, existsSync, mkdirSync, readFileSync } from 'node:fs';
-import { tokenize } from '@ffleet/shared';
+import { archName, osName, tokenize } from '@ffleet/shared';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FFMPEG, RunFixture } from './fixtures/run-fixture.ts';
 import { makeStep } from './fixtures/sample-task.ts';
@@ -53,7 +53,7 @@ describe('runTask: success', () => {
   it('transcodes with every wildcard resolved and ends DONE_SUCCESSFUL at 100 %', async () => {
     const { result, reporter } = await fx.run({
       command: {
-        raw: '-i ${INPUT_FILE} -c:v mpeg4 -metadata "title=${METADATA_show.title}" -y ${OUTPUT_FILE}',
+        raw: '-i ${INPUT_FILE} -c:v mpeg4 -metadata "title=${METADATA_show.title}" -metadata "comment=${OS_NAME}/${OS_ARCH}" -y ${OUTPUT_FILE}',
         resolved: '',
       },
       outputFile: {
@@ -72,7 +72,10 @@ describe('runTask: success', () => {
     expect(running).toMatchObject({
       inputFile: { raw: fx.clip, resolved: fx.clip },
       outputFile: { resolved: output },
-      command: { resolved: `-i ${fx.clip} -c:v mpeg4 -metadata title=Pilot -y ${output}` },
+      // ${OS_NAME} / ${OS_ARCH} as FFmate (Go) names them: linux/amd64 on an x64 Linux box.
+      command: {
+        resolved: `-i ${fx.clip} -c:v mpeg4 -metadata title=Pilot -metadata comment=${osName()}/${archName()} -y ${output}`,
+      },
       progress: 0,
       remaining: -1,
     });
@@ -86,6 +89,8 @@ describe('runTask: success', () => {
     expect(reporter.last()?.finishedAt).toBeGreaterThanOrEqual(running?.startedAt ?? 0);
     expect(reporter.text('transcoder')).toContain('Duration: 00:00:01.00');
     expect(reporter.text('agent')).toContain(`transcoder: $ ${FFMPEG} -nostdin -progress pipe:1 -nostats -i`);
+    if (process.platform === 'linux' && process.arch === 'x64')
+      expect(running?.command?.resolved).toContain('comment=linux/amd64');
   });
 
   it('runs pre-processing, the transcoder and post-processing with sidecars, arguments and environment', async () => {

@@ -1,7 +1,13 @@
-import os from 'node:os';
 import path from 'node:path';
 import type { ClaimedTask, TaskPatch } from '@ffleet/shared';
-import { createWildcardContext, makeDirectory, resolveWildcards, type WildcardContext } from '@ffleet/shared';
+import {
+  archName,
+  createWildcardContext,
+  makeDirectory,
+  osName,
+  resolveWildcards,
+  type WildcardContext,
+} from '@ffleet/shared';
 import type { Logger } from 'pino';
 import { withoutCredentials } from './child-env.ts';
 import { ProgressThrottle } from './progress-throttle.ts';
@@ -113,8 +119,8 @@ async function runStages(
     createWildcardContext({
       task: state.task,
       transcoderPath,
-      os: os.platform(),
-      arch: process.arch,
+      os: osName(),
+      arch: archName(),
       uuid,
       ...instant,
     });

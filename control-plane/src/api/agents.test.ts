@@ -50,7 +50,7 @@ describe('agent routes', () => {
       version: '0.1.0',
       hostname: 'host-a',
       os: 'linux',
-      arch: 'x64',
+      arch: 'amd64',
       transcoder: { path: '/usr/bin/ffmpeg', version: '5.1' },
       encoders: ['libx264'],
       hwaccels: [],

@@ -12,9 +12,9 @@ export interface WildcardContextOptions {
   now: Date;
   /** Sub-millisecond part of `now` in nanoseconds (0..999999) for the µs/ns timestamps; default 0. */
   subMillisecondNanos?: number;
-  /** Operating system name in Node's `os.platform()` form, e.g. `linux` (`${OS_NAME}`). */
+  /** Operating system name in Go's GOOS form (FFmate's), e.g. `linux`, `windows` (`${OS_NAME}`; osName()). */
   os: string;
-  /** CPU architecture in Node's `process.arch` form, e.g. `x64` (`${OS_ARCH}`). */
+  /** CPU architecture in Go's GOARCH form (FFmate's), e.g. `amd64`, `arm64` (`${OS_ARCH}`; archName()). */
   arch: string;
   /** `${UUID}` of this run; generated (v4) when omitted. Pass the previous value to keep it. */
   uuid?: string;

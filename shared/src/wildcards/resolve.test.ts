@@ -26,7 +26,7 @@ function options(overrides: Partial<WildcardContextOptions> = {}): WildcardConte
     // 2024-03-07 (a Thursday) 09:05:04.321 local time.
     now: new Date(2024, 2, 7, 9, 5, 4, 321),
     os: 'linux',
-    arch: 'x64',
+    arch: 'amd64',
     uuid: RUN_UUID,
     ...overrides,
   };
@@ -152,7 +152,7 @@ describe('resolveWildcards: run and host values', () => {
     ['${TASK_UUID}', TASK_UUID],
     ['${UUID}', RUN_UUID],
     ['${OS_NAME}', 'linux'],
-    ['${OS_ARCH}', 'x64'],
+    ['${OS_ARCH}', 'amd64'],
   ])('%s → %s', (wildcard, expected) => {
     expect(resolve(wildcard)).toBe(expected);
   });
