@@ -1,5 +1,6 @@
 // The `ffleet agent` subcommand, kept apart from bin/ffleet.ts so bin/ffleet.js can run it from a
 // bundle without the tsx loader and without commander or the control plane's modules (agent RSS).
+import { SHORT_TOKEN_CHARS, SHORT_TOKEN_WARNING } from '@ffleet/shared';
 import pino, { type Logger } from 'pino';
 import { AgentConfigError, parseAgentConfig } from '../agent/src/config.ts';
 import { urlForLogs } from '../agent/src/session/url-for-logs.ts';
@@ -73,6 +74,8 @@ export async function runAgent(version: string): Promise<void> {
     throw err;
   }
   const logger = makeLogger(config.logLevel);
+  if (config.token.length < SHORT_TOKEN_CHARS)
+    logger.warn({ variables: ['FFLEET_AGENT_TOKEN'] }, SHORT_TOKEN_WARNING);
   const { FleetAgent } = await import('../agent/src/fleet-agent.ts');
   const agent = new FleetAgent({
     config,

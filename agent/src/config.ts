@@ -21,7 +21,7 @@ const EnvSchema = z.object({
     .regex(/^(mqtts?|tcp|ssl|wss?):\/\//, 'must be an mqtt://, mqtts://, tcp://, ws:// or wss:// URL')
     .default('mqtt://127.0.0.1:1883'),
   /** The token agents present to join; falls back to the one kept in FFLEET_DATA_DIR. */
-  FFLEET_AGENT_TOKEN: z.string().min(8, 'must be at least 8 characters').optional(),
+  FFLEET_AGENT_TOKEN: z.string().optional(),
   /** Agent identity (MQTT client id and topic level). */
   FFLEET_AGENT_NAME: z.string().regex(AGENT_ID_RE, 'letters, digits, _ . - only, at most 100').optional(),
   /** Concurrent tasks. */

@@ -1,7 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { chmod, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import { makeDirectory, takeLockFile } from '@ffleet/shared';
+import { makeDirectory, SHORT_TOKEN_WARNING, takeLockFile } from '@ffleet/shared';
 import { type ServerType, serve } from '@hono/node-server';
 import { count, eq } from 'drizzle-orm';
 import type { Logger } from 'pino';
@@ -108,6 +108,7 @@ export async function startControlPlane(
     (stopping ??= (async () => {
       for (const s of [...stops].reverse()) await s().catch((err) => logger.error({ err }, 'stop failed'));
     })());
+  if (config.shortTokens.length) logger.warn({ variables: config.shortTokens }, SHORT_TOKEN_WARNING);
   try {
     if (!config.databaseUrl) stops.push(await claimEmbeddedDatabase(config.dataDir));
     const database = config.databaseUrl

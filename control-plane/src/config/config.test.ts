@@ -26,9 +26,16 @@ describe('parseConfig', () => {
   it('never repeats a secret or a URL in its error', () => {
     const env = { DATABASE_URL: 'mysql://app:pw@db/ffleet', FFLEET_AGENT_TOKEN: 'short' };
     const run = () => parseConfig(env);
-    expect(run).toThrow(
-      'DATABASE_URL: must be a postgres:// or postgresql:// URL; FFLEET_AGENT_TOKEN: must be at least 8 characters',
-    );
+    expect(run).toThrow('DATABASE_URL: must be a postgres:// or postgresql:// URL');
     expect(run).not.toThrow(/pw@|short/);
+  });
+
+  it('takes tokens of any length and names the variables holding short ones (warned about at start)', () => {
+    const short = parseConfig({ FFLEET_API_TOKENS: 'tokA, tokB', FFLEET_AGENT_TOKEN: 'agent' });
+    expect(short).toMatchObject({ apiTokens: ['tokA', 'tokB'], agentToken: 'agent' });
+    expect(short.shortTokens).toEqual(['FFLEET_API_TOKENS', 'FFLEET_AGENT_TOKEN']);
+    const long = parseConfig({ FFLEET_API_TOKENS: 'a'.repeat(16), FFLEET_AGENT_TOKEN: 'b'.repeat(16) });
+    expect(long.shortTokens).toEqual([]);
+    expect(parseConfig({}).shortTokens).toEqual([]);
   });
 });

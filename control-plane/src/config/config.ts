@@ -1,6 +1,6 @@
 import { hostname } from 'node:os';
 import { isAbsolute, resolve } from 'node:path';
-import { envError } from '@ffleet/shared';
+import { envError, SHORT_TOKEN_CHARS } from '@ffleet/shared';
 import { z } from 'zod';
 
 const bool = z
@@ -32,7 +32,7 @@ const EnvSchema = z.object({
   /** Comma-separated API tokens; unset → loopback clients only. */
   FFLEET_API_TOKENS: z.string().optional(),
   /** Token agents present to join; generated and kept in the data dir when unset. */
-  FFLEET_AGENT_TOKEN: z.string().min(8, 'must be at least 8 characters').optional(),
+  FFLEET_AGENT_TOKEN: z.string().optional(),
   /** Run one agent inside the control-plane process. */
   FFLEET_LOCAL_AGENT: bool.default(false),
   /** Per-attempt webhook delivery timeout. */
@@ -60,6 +60,8 @@ export type ControlPlaneConfig = {
   mqttPort: number;
   apiTokens: string[];
   agentToken: string | undefined;
+  /** Token variables holding a token shorter than SHORT_TOKEN_CHARS: accepted, warned about at start. */
+  shortTokens: string[];
   localAgent: boolean;
   webhookTimeoutMs: number;
   leaseTtlMs: number;
@@ -93,9 +95,12 @@ export function parseConfig(env: Record<string, string | undefined>): ControlPla
     .split(',')
     .map((t) => t.trim())
     .filter(Boolean);
-  if (apiTokens.some((t) => t.length < 8)) {
-    throw new ConfigError('FFLEET_API_TOKENS', 'every token must be at least 8 characters');
-  }
+  const shortTokens = [
+    ...(apiTokens.some((t) => t.length < SHORT_TOKEN_CHARS) ? ['FFLEET_API_TOKENS'] : []),
+    ...((e.FFLEET_AGENT_TOKEN?.length ?? SHORT_TOKEN_CHARS) < SHORT_TOKEN_CHARS
+      ? ['FFLEET_AGENT_TOKEN']
+      : []),
+  ];
   if (!isLoopbackHost(e.HOST) && apiTokens.length === 0) {
     throw new ConfigError(
       'HOST',
@@ -113,6 +118,7 @@ export function parseConfig(env: Record<string, string | undefined>): ControlPla
     mqttPort: e.MQTT_PORT,
     apiTokens,
     agentToken: e.FFLEET_AGENT_TOKEN,
+    shortTokens,
     localAgent: e.FFLEET_LOCAL_AGENT,
     webhookTimeoutMs: e.FFLEET_WEBHOOK_TIMEOUT_MS,
     leaseTtlMs: e.FFLEET_LEASE_TTL_MS,

@@ -59,3 +59,12 @@ function describe(issue: Issue): string {
   }
   return issue.message;
 }
+
+/**
+ * Tokens shorter than this are accepted (an operator's test setup, a token another system imposes) but
+ * warned about at start: a guessable API or agent token is the whole of ffleet's access control.
+ */
+export const SHORT_TOKEN_CHARS = 16;
+
+/** The log line for short tokens: the variables are named, their values never. */
+export const SHORT_TOKEN_WARNING = `tokens shorter than ${SHORT_TOKEN_CHARS} characters are easy to guess; use long random ones (e.g. openssl rand -hex 24)`;
