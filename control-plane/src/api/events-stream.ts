@@ -39,7 +39,7 @@ export function eventStream(
   logger?: Logger,
   maxQueuedBytes = SSE_MAX_QUEUED_BYTES,
 ) {
-  const filter = c.req.query('events');
+  const filter = c.req.queries('events')?.join(','); // given twice: both lists
   let wanted: Set<string> | null = null;
   if (filter) {
     wanted = new Set();

@@ -92,9 +92,14 @@ export function checkQueryText(c: Context): void {
   }
 }
 
-/** Parse query parameters with a schema; failures are 400 (CONTRACT.md: bad query). */
+/**
+ * Parse query parameters with a schema; failures are 400 (CONTRACT.md: bad query). A parameter given
+ * more than once counts as the comma-separated list of its values (`status=A&status=B` is
+ * `status=A,B`), so no value is silently dropped; where the parameter takes one value that is a 400.
+ */
 export function parseQuery<T>(c: Context, schema: z.ZodType<T>): T {
-  const r = schema.safeParse(c.req.query());
+  const query = Object.fromEntries(Object.entries(c.req.queries()).map(([k, vs]) => [k, vs.join(',')]));
+  const r = schema.safeParse(query);
   if (!r.success)
     throw new BadRequestError('INVALID_QUERY', 'the query parameters are invalid', zodIssues(r.error));
   return r.data;

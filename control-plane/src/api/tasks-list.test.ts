@@ -72,6 +72,8 @@ describe('GET /api/v1/tasks filters and pagination', () => {
   it('filters by a case-insensitive comma list of statuses', async () => {
     expect(await names('?status=queued')).toEqual(['b2', 'b1', '100%_done', 'gamma', 'alpha']);
     expect(await names('?status=done_error,Done_Successful')).toEqual(['epsilon', 'delta']);
+    // Given twice, the parameter is the list of both (no value silently dropped).
+    expect(await names('?status=done_error&status=Done_Successful')).toEqual(['epsilon', 'delta']);
     expect(await names('?status=%20running%20,DONE_CANCELED')).toEqual(['Beta clip']);
     expect((await list('?status=')).total).toBe(8);
     const p = await expectProblem(
@@ -127,7 +129,12 @@ describe('GET /api/v1/tasks filters and pagination', () => {
   });
 
   it('rejects invalid pagination with 400', async () => {
-    for (const qs of ['page=-1', 'perPage=0', 'perPage=1001', 'page=abc', 'perPage=1.5', 'page=1e400']) {
+    for (const qs of [
+      ...['page=-1', 'perPage=0', 'perPage=1001', 'page=abc', 'perPage=1.5', 'page=1e400'],
+      // Only decimal digits: Number() would take these as 16, 16, 5, 2, 0 and 0.
+      ...['page=0x10', 'page=1.6e1', 'perPage=%2B5', 'perPage=0x2', 'page=%20', 'perPage='],
+      'page=1&page=2',
+    ]) {
       await expectProblem(await t.call('GET', `/api/v1/tasks?${qs}`), 400, 'INVALID_QUERY');
     }
   });

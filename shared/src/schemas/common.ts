@@ -109,9 +109,14 @@ export type JsonObject = z.infer<typeof JsonObject>;
 
 /** Pagination query: `page` 0-based, `perPage` 1..1000 (default 100). */
 export const MAX_PER_PAGE = 1000;
+/** A whole number in a query string: decimal digits only (no sign, blank, hex, fraction or exponent). */
+const QueryInt = z
+  .string()
+  .regex(/^[0-9]{1,15}$/, 'must be a whole number written in decimal digits')
+  .transform(Number);
 export const PageQuery = z.object({
-  page: z.coerce.number().int().min(0).default(0),
-  perPage: z.coerce.number().int().min(1).max(MAX_PER_PAGE).default(100),
+  page: QueryInt.pipe(z.number().int().min(0)).default(0),
+  perPage: QueryInt.pipe(z.number().int().min(1).max(MAX_PER_PAGE)).default(100),
 });
 export type PageQuery = z.infer<typeof PageQuery>;
 
