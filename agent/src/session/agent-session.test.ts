@@ -382,6 +382,27 @@ describe.each(TEST_BROKER_KINDS)('AgentSession on $kind', ({ start }) => {
     expect(records.filter((r) => r.level >= 40).map((r) => r.msg)).toEqual([]);
   });
 
+  it('takes a connection lost before its subscriptions were answered for what it is, and connects again', async () => {
+    const { logger, records } = captureLogger();
+    const rejections: unknown[] = [];
+    const onRejection = (reason: unknown) => rejections.push(reason);
+    process.on('unhandledRejection', onRejection);
+    cleanups.push(async () => {
+      process.off('unhandledRejection', onRejection);
+    });
+    const relay = await cutAtFirstSubscribe(broker.port);
+    cleanups.push(() => relay.close());
+    // mqtt.js rejects the pending SUBSCRIBE with an ErrorWithSubackPacket that has no packet.
+    await startSession(nextName(), { url: relay.url, logger, backoff: { minMs: 10, maxMs: 30 } });
+    expect(relay.cut()).toBe(true);
+    await new Promise((r) => setImmediate(r));
+    expect(rejections).toEqual([]);
+    expect(records.some((r) => r.level === 40 && r.msg === 'subscribe failed; will retry on reconnect')).toBe(
+      true,
+    );
+    expect(records.filter((r) => r.level >= 50).map((r) => r.msg)).toEqual([]);
+  });
+
   it('still warns when the broker goes away while it runs', async () => {
     const { logger, records } = captureLogger();
     const session = await startSession(nextName(), { logger, backoff: { minMs: 10, maxMs: 30 } });
@@ -523,6 +544,51 @@ async function lateMessageRelay(
   return {
     url: `mqtt://127.0.0.1:${relayPort}`,
     injected: () => injected,
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+/**
+ * A TCP relay to the broker on `port` that drops the first connection as soon as the client sends a
+ * SUBSCRIBE (before any SUBACK can come back); later connections pass untouched.
+ */
+async function cutAtFirstSubscribe(
+  port: number,
+): Promise<{ url: string; cut: () => boolean; close: () => Promise<void> }> {
+  const sockets = new Set<Socket>();
+  let cut = false;
+  const server = createServer((agentSide) => {
+    const brokerSide = tcpConnect(port, '127.0.0.1');
+    for (const s of [agentSide, brokerSide]) {
+      sockets.add(s);
+      s.on('close', () => sockets.delete(s));
+      s.on('error', () => {});
+    }
+    const first = !cut;
+    agentSide.on('data', (d: Buffer) => {
+      // 0x82: SUBSCRIBE (type 8, flags 0010). The CONNECT goes in its own write before it.
+      if (first && !cut && d[0] === 0x82) {
+        cut = true;
+        agentSide.destroy();
+        brokerSide.destroy();
+        return;
+      }
+      brokerSide.write(d);
+    });
+    brokerSide.on('data', (d: Buffer) => agentSide.write(d));
+    agentSide.on('close', () => brokerSide.destroy());
+    brokerSide.on('close', () => agentSide.destroy());
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const address = server.address();
+  const relayPort = typeof address === 'object' && address ? address.port : 0;
+  return {
+    url: `mqtt://127.0.0.1:${relayPort}`,
+    cut: () => cut,
     close: () =>
       new Promise<void>((resolve) => {
         for (const s of sockets) s.destroy();

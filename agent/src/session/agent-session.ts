@@ -138,7 +138,9 @@ export class AgentSession extends EventEmitter<SessionEvents> {
     client.on('connect', () => {
       // Small packets must not wait for the previous one's ACK (Nagle + delayed ACK: up to 40 ms).
       (client.stream as { setNoDelay?: (on: boolean) => void }).setNoDelay?.(true);
-      void this.onConnect(client, ++this.generation);
+      this.onConnect(client, ++this.generation).catch((err: unknown) =>
+        this.logger.error({ err }, 'handling the connection failed'),
+      );
     });
     client.on('close', () => this.onClose());
     client.on('error', (err) => this.onError(err));
@@ -225,12 +227,15 @@ export class AgentSession extends EventEmitter<SessionEvents> {
         [RESYNC_TOPIC]: { qos: 1 },
       });
     } catch (err) {
-      if (!(err instanceof ErrorWithSubackPacket)) {
+      // mqtt.js rejects with an ErrorWithSubackPacket without a packet when the connection closes
+      // before the SUBACK: that is no refusal.
+      const granted = err instanceof ErrorWithSubackPacket ? err.packet?.granted : undefined;
+      if (!granted) {
         this.logger.warn({ err: (err as Error).message }, 'subscribe failed; will retry on reconnect');
         return;
       }
       // Still worth going on: reports and requests flow even if the inbox cannot be received.
-      this.logger.error({ granted: err.packet.granted }, 'broker refused a subscription (check its ACL)');
+      this.logger.error({ granted }, 'broker refused a subscription (check its ACL)');
     }
     if (generation !== this.generation || this.stopping) return;
     // Birth, hello and replay are queued synchronously, so they leave in exactly this order.
