@@ -30,6 +30,12 @@ export function agentStartFailed(logger: Logger, err: unknown): never {
 }
 
 /**
+ * How long a drained agent waits for an unreachable control plane to take the results of the tasks it
+ * let finish, before it leaves them in its outbox (systemd's agent unit allows an hour to stop).
+ */
+const DRAIN_FLUSH_MS = 30_000;
+
+/**
  * SIGTERM/SIGINT once: stop claiming, let running tasks finish, stop. Twice: kill running work and
  * hand it back to the queue, then stop.
  */
@@ -96,7 +102,7 @@ export async function runAgent(version: string): Promise<void> {
     logger,
     async () => {
       await agent.drain();
-      await agent.stop();
+      await agent.stop({ flushMs: DRAIN_FLUSH_MS, evenDisconnected: true });
     },
     () => agent.stop({ flushMs: 2_000 }),
   );

@@ -227,13 +227,30 @@ export class FleetAgent {
     await this.#watch?.stopAll();
   }
 
-  /** Stop everything. `graceful` waits for the outbox to be acknowledged (bounded). */
-  async stop(opts: { flushMs?: number } = {}): Promise<void> {
+  /**
+   * Stop everything. Waits up to `flushMs` (default 3 s) for the control plane to acknowledge what the
+   * outbox holds; while the broker is unreachable only with `evenDisconnected` (a drain: the results of
+   * the tasks it let finish are worth waiting for, since another agent would otherwise run them again
+   * once their lease expired). What is left stays on disk and is sent when this agent next starts.
+   */
+  async stop(opts: { flushMs?: number; evenDisconnected?: boolean } = {}): Promise<void> {
     await this.#quiesce();
     await this.handBack();
     await Promise.allSettled([...this.#puts]);
-    const deadline = Date.now() + (opts.flushMs ?? 3_000);
-    while (this.#outbox.size() > 0 && Date.now() < deadline && this.#session?.connected) {
+    const flushMs = opts.flushMs ?? 3_000;
+    const deadline = Date.now() + flushMs;
+    let told = false;
+    while (this.#outbox.size() > 0 && Date.now() < deadline) {
+      if (!this.#session?.connected) {
+        if (!opts.evenDisconnected) break;
+        if (!told) {
+          told = true;
+          this.#log.warn(
+            { unsent: this.#outbox.size(), waitS: Math.round(flushMs / 1000) },
+            'the control plane has not got the last reports yet: waiting for it (signal again to leave now; they stay on disk for the next start)',
+          );
+        }
+      }
       await new Promise((r) => setTimeout(r, 50));
     }
     await this.#session?.stop({ graceful: true });

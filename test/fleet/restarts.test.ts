@@ -95,4 +95,35 @@ describe('control-plane restarts', () => {
     },
     180_000,
   );
+
+  it('an agent drained while the control plane is down waits for it to take the results, then leaves', async () => {
+    const drained = await c.startAgent({ name: 'drain-down', slots: 1, env: { LOG_LEVEL: 'info' } });
+    const target = out('drain-down.mp4');
+    const task = await c.api.createTask({
+      command: REALTIME,
+      inputFile: clip4,
+      outputFile: target,
+      requires: [`agent:${drained.label}`],
+    });
+    await c.api.waitForTask(task.id, isEncoding, 30_000);
+    await c.stopControlPlane('SIGTERM');
+    drained.signal('SIGTERM');
+    await waitFor(
+      () => existsSync(target) && processesMatching(target).length === 0,
+      30_000,
+      'encode finished',
+    );
+    await new Promise((r) => setTimeout(r, 1_000));
+    // Its task done, its result not taken by anyone yet: it waits (up to 30 s) rather than leave it on disk.
+    expect(drained.running).toBe(true);
+    await c.startControlPlane();
+    expect(await drained.exited).toEqual({ code: 0, signal: null });
+    // The result arrived: no other attempt re-runs the transcode after the lease.
+    expect(await c.api.getTask(task.id)).toMatchObject({
+      status: 'DONE_SUCCESSFUL',
+      attempt: 1,
+      agent: { name: drained.label },
+    });
+    expect(md5(target)).toBe(reference[clip4]);
+  }, 120_000);
 });

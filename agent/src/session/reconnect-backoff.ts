@@ -1,10 +1,12 @@
+import { AGENT_RECONNECT_MAX_MS } from '@ffleet/shared';
+
 /** Bounds of the reconnect delay; the defaults reconnect fast after a blip yet never hammer a broker. */
 export interface BackoffOptions {
   minMs: number;
   maxMs: number;
 }
 
-export const DEFAULT_BACKOFF: BackoffOptions = { minMs: 250, maxMs: 10_000 };
+export const DEFAULT_BACKOFF: BackoffOptions = { minMs: 250, maxMs: AGENT_RECONNECT_MAX_MS };
 
 /**
  * Delay before reconnect attempt number `attempt` (0-based): exponential from `minMs`, capped at

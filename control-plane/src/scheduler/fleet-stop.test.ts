@@ -1,76 +1,10 @@
-import { EventEmitter } from 'node:events';
-import type {
-  AgentBirth,
-  AgentHeartbeat,
-  AgentHello,
-  AgentRequest,
-  InboxMessage,
-  TaskReport,
-} from '@ffleet/shared';
+import type { AgentRequest } from '@ffleet/shared';
 import { afterEach, describe, expect, it } from 'vitest';
 import { openTestDatabase } from '../../../test/helpers/db.ts';
-import type { ControlPlaneClient, SendResult } from '../broker/control-plane-client.ts';
-import { captureLogger, type LogRecord, sampleBirth, waitFor } from '../broker/test-brokers.ts';
+import { type LogRecord, sampleBirth, waitFor } from '../broker/test-brokers.ts';
 import type { Database } from '../db/client.ts';
-import { EventBus } from '../events/event-bus.ts';
-import { noFleet, type ServiceContext } from '../services/context.ts';
-import { Fleet } from './fleet.ts';
+import { startTestFleet } from './fake-mqtt.ts';
 
-type Handler<A extends unknown[]> = (...args: A) => void | Promise<void>;
-
-/** Stands for the MQTT client: the test delivers agent messages and sees what the fleet sends. */
-class FakeMqtt extends EventEmitter<{ connection: [connected: boolean] }> {
-  readonly connected = true;
-  readonly sent: Array<{ agent: string; message: InboxMessage }> = [];
-  readonly #births: Handler<[string, AgentBirth, boolean]>[] = [];
-  readonly #hellos: Handler<[string, AgentHello]>[] = [];
-  readonly #heartbeats: Handler<[string, AgentHeartbeat]>[] = [];
-  readonly #requests: Handler<[string, AgentRequest]>[] = [];
-  readonly #reports: Handler<[string, TaskReport]>[] = [];
-
-  onBirth(h: Handler<[string, AgentBirth, boolean]>): void {
-    this.#births.push(h);
-  }
-  onHello(h: Handler<[string, AgentHello]>): void {
-    this.#hellos.push(h);
-  }
-  onHeartbeat(h: Handler<[string, AgentHeartbeat]>): void {
-    this.#heartbeats.push(h);
-  }
-  onRequest(h: Handler<[string, AgentRequest]>): void {
-    this.#requests.push(h);
-  }
-  onReport(h: Handler<[string, TaskReport]>): void {
-    this.#reports.push(h);
-  }
-  async sendInbox(agent: string, message: InboxMessage): Promise<SendResult> {
-    this.sent.push({ agent, message });
-    return { ok: true };
-  }
-  async broadcastWork(): Promise<SendResult> {
-    return { ok: true };
-  }
-
-  // Deliveries resolve when the fleet's handlers did, and reject when one failed (which the real
-  // client logs at error level as "handler failed").
-  birth(agent: string, birth: AgentBirth): Promise<void> {
-    return all(this.#births.map((h) => h(agent, birth, false)));
-  }
-  hello(agent: string, hello: AgentHello): Promise<void> {
-    return all(this.#hellos.map((h) => h(agent, hello)));
-  }
-  heartbeat(agent: string, hb: AgentHeartbeat): Promise<void> {
-    return all(this.#heartbeats.map((h) => h(agent, hb)));
-  }
-  request(agent: string, req: AgentRequest): Promise<void> {
-    return all(this.#requests.map((h) => h(agent, req)));
-  }
-  report(agent: string, report: TaskReport): Promise<void> {
-    return all(this.#reports.map((h) => h(agent, report)));
-  }
-}
-
-const all = (results: Array<void | Promise<void>>) => Promise.all(results).then(() => undefined);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 type Step = { prop: PropertyKey; args?: unknown[] };
@@ -156,24 +90,7 @@ describe('Fleet.stop()', () => {
       if (!closed) await closeDatabase();
     });
     const db = watchedDatabase(real);
-    const { logger, records } = captureLogger();
-    const mqtt = new FakeMqtt();
-    const ctx: ServiceContext = {
-      database: db.database,
-      bus: new EventBus(),
-      logger,
-      fleet: noFleet,
-      now: () => Date.now(),
-    };
-    const fleet = new Fleet({
-      ctx,
-      mqtt: mqtt as unknown as ControlPlaneClient,
-      logger,
-      leaseTtlMs: 30_000,
-      ...opts,
-    });
-    ctx.fleet = fleet;
-    await fleet.start();
+    const { fleet, mqtt, records } = await startTestFleet(db.database, opts);
     cleanups.push(() => fleet.stop());
     return { fleet, mqtt, db, records, closeDatabase };
   }

@@ -1,4 +1,5 @@
 import {
+  AGENT_RECONNECT_MAX_MS,
   type AgentBirth,
   type AgentHeartbeat,
   type AgentHello,
@@ -72,6 +73,20 @@ export const HELLO_REQUEUE_GRACE_MS = 5_000;
 
 export const sweepEveryMs = (leaseTtlMs: number): number =>
   Math.min(SWEEP_MAX_MS, Math.max(SWEEP_MIN_MS, Math.round(leaseTtlMs / 10)));
+/**
+ * After the control plane could not hear the agents (it (re)connected to the broker, or it did not
+ * run), every running lease gets at least this long: a full lease, and no less than an agent may take
+ * to reconnect (its backoff's cap) and be heard, so that short leases do not requeue healthy tasks.
+ */
+export const resumeGraceMs = (leaseTtlMs: number): number =>
+  Math.max(leaseTtlMs, AGENT_RECONNECT_MAX_MS + 5_000);
+/**
+ * A sweep timer this many intervals late (and at least STALL_MIN_MS) means the control plane itself did
+ * not run meanwhile (SIGSTOP, a paused VM, a starved or blocked process): it heard nobody, so nobody's
+ * silence counts. Node runs that overdue timer before it reads the heartbeats queued on its sockets.
+ */
+const STALL_INTERVALS = 3;
+const STALL_MIN_MS = 1_000;
 /** Heartbeats come every few seconds; three missed ones mean the agent is gone. */
 const DEFAULT_SILENT_AFTER_MS = 20_000;
 /**
@@ -198,7 +213,15 @@ export class Fleet implements FleetHooks {
         void this.#track(this.#resumeLeases());
       }
     });
-    this.#sweepTimer = setInterval(() => void this.#track(this.#sweep()), sweepEveryMs(this.#o.leaseTtlMs));
+    const every = sweepEveryMs(this.#o.leaseTtlMs);
+    let last = performance.now();
+    this.#sweepTimer = setInterval(() => {
+      const now = performance.now();
+      const late = now - last - every;
+      last = now;
+      if (late >= Math.max(STALL_MIN_MS, STALL_INTERVALS * every)) void this.#track(this.#afterStall(late));
+      else void this.#track(this.#sweep());
+    }, every);
     this.#sweepTimer.unref();
   }
 
@@ -390,14 +413,14 @@ export class Fleet implements FleetHooks {
     // the first one's running task went to another attempt and its ffmpeg was killed (QA).
     const listed = new Set(hello.running.map((r) => r.taskId));
     const mine = await db
-      .select({ id: tasks.id, attempt: tasks.attempt })
+      .select({ id: tasks.id, attempt: tasks.attempt, leaseExpiresAt: tasks.leaseExpiresAt })
       .from(tasks)
       .where(and(eq(tasks.agentId, agent.id), taskIsRunning));
     const lost = mine.filter((t) => !listed.has(t.id));
     if (lost.length && !this.#stopped) {
       const timer = setTimeout(() => {
         this.#helloTimers.delete(timer);
-        void this.#queued(name, () => this.#requeueLost(name, agent.id, hello.bootId, lost, now)).catch(
+        void this.#queued(name, () => this.#requeueLost(name, agent.id, hello.bootId, lost)).catch(
           (err: unknown) => this.#failed(err, { agent: name }, 'reconciling tasks after a hello failed'),
         );
       }, HELLO_REQUEUE_GRACE_MS);
@@ -414,18 +437,19 @@ export class Fleet implements FleetHooks {
     name: string,
     agentId: string,
     bootId: string,
-    lost: { id: string; attempt: number }[],
-    helloAt: number,
+    lost: { id: string; attempt: number; leaseExpiresAt: number }[],
   ): Promise<void> {
     if (this.#stopped || this.#names.isRefused(bootId)) return;
     const still = await this.#ctx.database.db
       .select({ id: tasks.id, attempt: tasks.attempt, leaseExpiresAt: tasks.leaseExpiresAt })
       .from(tasks)
       .where(and(eq(tasks.agentId, agentId), taskIsRunning));
+    // A lease that changed since the hello was renewed (by a heartbeat, hello or report of the process
+    // running it) or extended (we reconnected): alive, or its lease decides.
     const onlyIds = still
-      .filter((t) => lost.some((l) => l.id === t.id && l.attempt === t.attempt))
-      // A lease renewed after the hello (by a heartbeat or hello of the process running it) is alive.
-      .filter((t) => t.leaseExpiresAt <= helloAt + this.#o.leaseTtlMs)
+      .filter((t) =>
+        lost.some((l) => l.id === t.id && l.attempt === t.attempt && l.leaseExpiresAt === t.leaseExpiresAt),
+      )
       .map((t) => t.id);
     if (!onlyIds.length) return;
     const r = await sweepExpiredLeases(this.#ctx, { onlyIds, reason: `agent ${name} restarted without it` });
@@ -791,14 +815,29 @@ export class Fleet implements FleetHooks {
     if (!r.ok) this.#log.warn({ agent: agentName, type: msg.type, error: r.error }, 'inbox message not sent');
   }
 
-  /** Agents get a full TTL from now to renew leases they could not renew while we were away. */
-  async #resumeLeases(): Promise<void> {
+  /**
+   * Agents get `graceMs` from now to renew leases they could not renew while we were away: after a
+   * (re)connect resumeGraceMs (they may be reconnecting too), after a stall a lease (they stayed
+   * connected; what they sent meanwhile is read next).
+   */
+  async #resumeLeases(graceMs = resumeGraceMs(this.#o.leaseTtlMs)): Promise<void> {
     try {
-      await extendRunningLeases(this.#ctx, this.#ctx.now() + this.#o.leaseTtlMs);
+      await extendRunningLeases(this.#ctx, this.#ctx.now() + graceMs);
     } catch (err) {
       this.#failed(err, {}, 'extending leases after connecting failed');
     }
     this.#listening = this.#o.mqtt.connected;
+  }
+
+  /** The control plane did not run for `lateMs`: as after a reconnect, no lease expires for silence. */
+  async #afterStall(lateMs: number): Promise<void> {
+    if (this.#stopped || !this.#listening) return;
+    this.#log.warn(
+      { stalledMs: Math.round(lateMs) },
+      'the control plane did not run for a while (paused or starved): running leases extended, none expired for it',
+    );
+    this.#listening = false;
+    await this.#resumeLeases(this.#o.leaseTtlMs);
   }
 
   async #sweep(): Promise<void> {

@@ -3,6 +3,12 @@ export const TOPIC_ROOT = 'ffleet/v1';
 /** Protocol version announced in the birth message. */
 export const PROTOCOL_VERSION = 1;
 
+/**
+ * The longest an agent waits between two attempts to reach the broker (its reconnect backoff's cap).
+ * After the control plane's own outage, an agent may take this long to be heard again.
+ */
+export const AGENT_RECONNECT_MAX_MS = 10_000;
+
 export type AgentTopicKind = 'status' | 'hello' | 'heartbeat' | 'requests' | 'events' | 'inbox';
 
 /** `ffleet/v1/agents/{agentId}/{kind}` */

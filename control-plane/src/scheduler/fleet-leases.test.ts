@@ -1,0 +1,81 @@
+/**
+ * Leases across the control plane's own absences: a stall (it did not run) and a reconnect (it could
+ * not hear the agents). Neither may requeue a healthy agent's task, and a lost lease still expires.
+ */
+import { TaskCreate } from '@ffleet/shared';
+import { eq } from 'drizzle-orm';
+import { afterEach, describe, expect, it } from 'vitest';
+import { openTestDatabase } from '../../../test/helpers/db.ts';
+import { sampleBirth } from '../broker/test-brokers.ts';
+import { tasks } from '../db/schema.ts';
+import { createTask } from '../services/tasks.ts';
+import { startTestFleet } from './fake-mqtt.ts';
+import { resumeGraceMs } from './fleet.ts';
+
+const LEASE_TTL_MS = 1_000; // sweeps every 100 ms
+
+async function poll(check: () => Promise<boolean>, timeoutMs: number, what: string): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+describe('leases across the control plane’s own absences', () => {
+  const cleanups: Array<() => Promise<unknown>> = [];
+  afterEach(async () => {
+    for (const c of cleanups.splice(0).reverse()) await c();
+  });
+
+  /** A fleet hearing one agent, `a1`, which has claimed one task. */
+  async function fleetWithClaimedTask() {
+    const database = await openTestDatabase();
+    cleanups.push(() => database.drop());
+    const { fleet, mqtt, ctx, records } = await startTestFleet(database, { leaseTtlMs: LEASE_TTL_MS });
+    cleanups.push(() => fleet.stop());
+    mqtt.emit('connection', true);
+    await mqtt.birth('a1', sampleBirth('a1'));
+    const task = await createTask(
+      ctx,
+      TaskCreate.parse({
+        command: '-i /in.mov /o.mp4',
+        inputFile: '/in.mov',
+        outputFile: '/o.mp4',
+      }),
+    );
+    await mqtt.request('a1', { type: 'claim', requestId: 'c1', max: 1 });
+    const row = async () => (await database.db.select().from(tasks).where(eq(tasks.id, task.id)))[0]!;
+    await poll(async () => (await row()).status === 'RUNNING', 5_000, 'claimed');
+    return { mqtt, records, row };
+  }
+
+  it('expires no lease for the time the control plane itself did not run, and still expires lost ones', async () => {
+    const { records, row } = await fleetWithClaimedTask();
+    // The control plane does not run for longer than the lease (a SIGSTOP, a paused VM); the agent kept
+    // heartbeating, but Node runs the overdue sweep before it reads what queued up meanwhile.
+    const until = Date.now() + LEASE_TTL_MS * 1.6;
+    while (Date.now() < until) {
+      // blocked
+    }
+    await new Promise((r) => setTimeout(r, 50));
+    expect(await row()).toMatchObject({ status: 'RUNNING', attempt: 1 });
+    expect((await row()).leaseExpiresAt).toBeGreaterThan(Date.now() + LEASE_TTL_MS / 2);
+    expect(records.some((r) => r.level === 40 && /did not run for a while/.test(r.msg))).toBe(true);
+    // Nothing heard from the agent after that: its lease runs out and the task is requeued.
+    await poll(async () => (await row()).status === 'QUEUED', LEASE_TTL_MS + 5_000, 'requeued');
+    expect((await row()).attempt).toBe(1);
+  }, 20_000);
+
+  it('gives running leases no less than an agent’s reconnect backoff after connecting', async () => {
+    const { mqtt, row } = await fleetWithClaimedTask();
+    expect(resumeGraceMs(LEASE_TTL_MS)).toBeGreaterThanOrEqual(15_000);
+    expect(resumeGraceMs(60_000)).toBe(60_000);
+    mqtt.emit('connection', false);
+    mqtt.emit('connection', true);
+    await poll(async () => (await row()).leaseExpiresAt > Date.now() + 10_000, 5_000, 'leases extended');
+    // Past the lease TTL, well within the grace: still the agent's.
+    await new Promise((r) => setTimeout(r, LEASE_TTL_MS * 1.5));
+    expect(await row()).toMatchObject({ status: 'RUNNING', attempt: 1 });
+  }, 20_000);
+});
