@@ -10,7 +10,7 @@ import {
 import type { MqttClient } from 'mqtt';
 import pino from 'pino';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { ControlPlaneClient } from './control-plane-client.ts';
+import { ControlPlaneClient, type SendResult } from './control-plane-client.ts';
 import {
   captureLogger,
   connectRaw,
@@ -226,6 +226,36 @@ describe.each(TRANSPORTS)('ControlPlaneClient on $kind over $via', ({ start, loc
     expect(got[1]).toMatch(new RegExp(`^${WORK_TOPIC} `));
     expect(await cp.sendInbox('bad/id', { type: 'refused', reason: 'x' })).toMatchObject({ ok: false });
   });
+
+  it.skipIf(local)(
+    'answers what its persistent session queued while it was away, as it arrives',
+    async () => {
+      const clientId = `cp-persist-${Math.random().toString(36).slice(2, 8)}`;
+      await (await startCp({ clientId })).stop();
+      const agent = await rawAgent('agent-6');
+      const inbox: string[] = [];
+      agent.on('message', (_topic, payload) => inbox.push(payload.toString()));
+      await agent.subscribeAsync({ [agentTopic('agent-6', 'inbox')]: { qos: 1 } });
+      const req: AgentRequest = { type: 'claim', requestId: 'queued-1', max: 1 };
+      await agent.publishAsync(agentTopic('agent-6', 'requests'), JSON.stringify(req), { qos: 1 });
+      // Back: the queued claim is handled before the subscriptions are acknowledged, and answered.
+      const sent: SendResult[] = [];
+      await startCp({
+        clientId,
+        setup: (cp) =>
+          cp.onRequest((id, r) => {
+            if (r.type === 'claim')
+              void cp
+                .sendInbox(id, { type: 'claim.result', requestId: r.requestId, tasks: [] })
+                .then((x) => sent.push(x));
+          }),
+      });
+      await waitFor(() => sent.length === 1, 'the answer sent');
+      expect(sent).toEqual([{ ok: true }]);
+      await waitFor(() => inbox.length === 1, 'the answer received');
+      expect(JSON.parse(inbox[0]!)).toMatchObject({ type: 'claim.result', requestId: 'queued-1' });
+    },
+  );
 
   it.skipIf(!local)("acknowledges an agent's QoS 1 publish only once the handler has it", async () => {
     const cp = await startCp();

@@ -224,8 +224,11 @@ export class ControlPlaneClient extends EventEmitter<{ connection: [connected: b
 
   private async publish(topic: string, payload: string, qos: 0 | 1): Promise<SendResult> {
     const { client, opts } = this;
-    if (!this.isConnected || this.stopping || !(client || opts.local))
-      return { ok: false, error: 'not connected to the broker' };
+    // Over MQTT, sendable as soon as the broker accepted the connection: what a persistent session
+    // queued for us arrives before our SUBACK, and its answers (a claim's result) must not be dropped
+    // for want of the subscription, which only concerns what we receive.
+    const up = client ? client.connected : Boolean(opts.local) && this.isConnected;
+    if (!up || this.stopping) return { ok: false, error: 'not connected to the broker' };
     try {
       if (client) await client.publishAsync(topic, payload, { qos, retain: false });
       else await opts.local!.publish(topic, payload, qos);
