@@ -47,8 +47,28 @@ describe('leases across the control plane’s own absences', () => {
     await mqtt.request('a1', { type: 'claim', requestId: 'c1', max: 1 });
     const row = async () => (await database.db.select().from(tasks).where(eq(tasks.id, task.id)))[0]!;
     await poll(async () => (await row()).status === 'RUNNING', 5_000, 'claimed');
-    return { mqtt, records, row };
+    return { mqtt, records, row, task };
   }
+
+  it('answers every report of a lost lease with a cancel, and logs them once', async () => {
+    const { mqtt, records, task } = await fleetWithClaimedTask();
+    // An outbox replaying a long run's reports of an attempt that lost its lease.
+    for (let seq = 0; seq < 5; seq++) {
+      await mqtt.report('a1', {
+        kind: 'update',
+        taskId: task.id,
+        attempt: 1,
+        leaseToken: 'a-lease-given-away',
+        seq,
+        patch: { progress: seq },
+      });
+    }
+    await new Promise((r) => setTimeout(r, 100));
+    const cancels = mqtt.sent.filter((s) => s.agent === 'a1' && s.message.type === 'task.cancel');
+    expect(cancels).toHaveLength(5);
+    const warned = records.filter((r) => r.msg === 'stale report; telling the agent to stop');
+    expect(warned.map((r) => r.level)).toEqual([40]);
+  });
 
   it('expires no lease for the time the control plane itself did not run, and still expires lost ones', async () => {
     const { records, row } = await fleetWithClaimedTask();

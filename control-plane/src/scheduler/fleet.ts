@@ -33,6 +33,7 @@ import {
   sweepExpiredLeases,
 } from './leases.ts';
 import { NameClaims } from './name-claims.ts';
+import { OncePer } from './once-per.ts';
 import { applyReportIn, type ReportOutcome } from './reports.ts';
 import { RequirementCheck, unmetRequirements } from './requirements.ts';
 import { SerialQueues } from './serial-queue.ts';
@@ -169,6 +170,8 @@ export class Fleet implements FleetHooks {
   readonly #helloTimers = new Set<NodeJS.Timeout>();
   /** `requires` lists of tasks just queued, to log those no agent offers (requirements.ts). */
   readonly #requirements = new RequirementCheck();
+  /** When a stale report of each agent/task/attempt was last logged as a warning. */
+  readonly #staleLog = new OncePer(60_000);
 
   constructor(opts: FleetOptions) {
     this.#o = opts;
@@ -561,10 +564,12 @@ export class Fleet implements FleetHooks {
   #reportApplied(name: string, report: TaskReport, outcome: ReportOutcome): void {
     void this.#send(name, { type: 'ack', taskId: report.taskId, attempt: report.attempt, seq: report.seq });
     if (outcome.kind === 'stale') {
-      this.#log.warn(
-        { agent: name, taskId: report.taskId, attempt: report.attempt, reason: outcome.reason },
-        'stale report; telling the agent to stop',
-      );
+      // Every stale report is answered (a cancel may be lost), but logged once a minute per attempt:
+      // an outbox replaying a long run's reports would otherwise log one warning per report.
+      const fields = { agent: name, taskId: report.taskId, attempt: report.attempt, reason: outcome.reason };
+      if (this.#staleLog.due(`${name}/${report.taskId}/${report.attempt}`))
+        this.#log.warn(fields, 'stale report; telling the agent to stop');
+      else this.#log.debug(fields, 'stale report; telling the agent to stop (again)');
       void this.#send(name, {
         type: 'task.cancel',
         taskId: report.taskId,

@@ -5,11 +5,10 @@
  * satisfies. A list is checked at most once a minute and logged at most once in ten.
  */
 import { agentCapabilities } from './claim.ts';
+import { OncePer } from './once-per.ts';
 
 const CHECK_EVERY_MS = 60_000;
 const LOG_EVERY_MS = 10 * 60_000;
-/** Entries kept per map before old ones are dropped (lists are few in practice). */
-const MAX_KEYS = 1_000;
 
 export type OfferingAgent = Parameters<typeof agentCapabilities>[0];
 
@@ -35,8 +34,8 @@ export function unmetRequirements(
 
 export class RequirementCheck {
   readonly #queued = new Map<string, readonly string[]>();
-  readonly #checkedAt = new Map<string, number>();
-  readonly #loggedAt = new Map<string, number>();
+  readonly #checked = new OncePer(CHECK_EVERY_MS);
+  readonly #logged = new OncePer(LOG_EVERY_MS);
 
   /** Remember the non-empty lists of tasks just queued. */
   add(lists: Iterable<readonly string[]>): void {
@@ -50,30 +49,13 @@ export class RequirementCheck {
   /** The remembered lists not checked in the last minute; marks them checked. */
   take(now: number): (readonly string[])[] {
     const due: (readonly string[])[] = [];
-    for (const [key, l] of this.#queued) {
-      if ((this.#checkedAt.get(key) ?? Number.NEGATIVE_INFINITY) + CHECK_EVERY_MS > now) continue;
-      this.#checkedAt.set(key, now);
-      due.push(l);
-    }
+    for (const [key, l] of this.#queued) if (this.#checked.due(key, now)) due.push(l);
     this.#queued.clear();
-    prune(this.#checkedAt, now - CHECK_EVERY_MS);
     return due;
   }
 
   /** Of the unmet lists, those not logged in the last ten minutes; marks them logged. */
   toLog(unmet: readonly UnmetRequirement[], now: number): UnmetRequirement[] {
-    const out = unmet.filter((u) => {
-      const key = keyOf(u.requires);
-      if ((this.#loggedAt.get(key) ?? Number.NEGATIVE_INFINITY) + LOG_EVERY_MS > now) return false;
-      this.#loggedAt.set(key, now);
-      return true;
-    });
-    prune(this.#loggedAt, now - LOG_EVERY_MS);
-    return out;
+    return unmet.filter((u) => this.#logged.due(keyOf(u.requires), now));
   }
-}
-
-function prune(m: Map<string, number>, before: number): void {
-  if (m.size <= MAX_KEYS) return;
-  for (const [k, at] of m) if (at <= before || m.size > MAX_KEYS) m.delete(k);
 }
