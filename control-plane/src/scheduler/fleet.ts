@@ -172,6 +172,8 @@ export class Fleet implements FleetHooks {
   readonly #requirements = new RequirementCheck();
   /** When a stale report of each agent/task/attempt was last logged as a warning. */
   readonly #staleLog = new OncePer(60_000);
+  /** When each refused process (agent name / boot id) was last logged as refused. */
+  readonly #refusedLog = new OncePer(10 * 60_000);
 
   constructor(opts: FleetOptions) {
     this.#o = opts;
@@ -377,10 +379,11 @@ export class Fleet implements FleetHooks {
     if (birth.state === 'online') {
       const refuse = this.#names.birth(name, birth.bootId, birth.hostname, this.#ctx.now());
       if (refuse) {
-        this.#log.error(
-          { agent: name, refused: refuse.bootId, hostname: birth.hostname },
-          'two agent processes share one name: the later one is refused',
-        );
+        const fields = { agent: name, refused: refuse.bootId, hostname: birth.hostname };
+        // Each birth of the refused process is refused again; the error is logged once for it.
+        if (this.#refusedLog.due(`${name}/${refuse.bootId}`))
+          this.#log.error(fields, 'two agent processes share one name: the later one is refused');
+        else this.#log.debug(fields, 'refused again: another process holds this agent name');
         // Both read this inbox; only the process with that boot id acts on it (and leaves).
         await this.#send(name, { type: 'refused', reason: refuse.reason, bootId: refuse.bootId });
         if (refuse.bootId === birth.bootId) return;
