@@ -475,7 +475,16 @@ export class FleetAgent {
 
   #startRun(claimed: ClaimedTask): void {
     const { task, attempt, leaseToken } = claimed;
-    if (this.#runs.has(task.id) || !this.#transcoder) return;
+    if (!this.#transcoder) return;
+    const current = this.#runs.get(task.id);
+    if (current) {
+      // This attempt again (an answer delivered twice): it runs already.
+      if (current.claimed.attempt >= attempt) return;
+      // An older attempt that lost its lease and is still being stopped (its cancel came with this
+      // answer): this one starts once it is gone, rather than never (the task would wait a lease).
+      void current.done.finally(() => this.#startRun(claimed));
+      return;
+    }
     const session = this.#session!;
     const run: Run = {
       claimed,

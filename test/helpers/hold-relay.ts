@@ -10,8 +10,14 @@ export type HoldRelay = {
   url: string;
   /** Hold from the next time a client sends `bytes`; resolves when it did (the hold has started). */
   holdAfterNext(bytes: string): Promise<void>;
-  /** Deliver what was held and stop holding. */
+  /** Hold what the broker sends from now on. */
+  holdDown(): void;
+  /** Deliver what was held from the broker (in one write per client) and stop holding. */
   release(): void;
+  /** Hold what the clients send to the broker from now on (their heartbeats, reports, claims). */
+  holdUp(): void;
+  /** Deliver what the clients sent meanwhile and stop holding it. */
+  releaseUp(): void;
   close(): Promise<void>;
 };
 
@@ -19,24 +25,31 @@ export async function holdRelay(brokerUrl: string): Promise<HoldRelay> {
   const { hostname, port } = new URL(brokerUrl);
   const sockets = new Set<Socket>();
   const releases: Array<() => void> = [];
+  const releasesUp: Array<() => void> = [];
   let holding = false;
+  let holdingUp = false;
   let armed: { bytes: string; onHeld: () => void } | null = null;
 
   const server = createServer((client) => {
     const upstream = createConnection({ host: hostname, port: Number(port) });
     sockets.add(client).add(upstream);
     const queue: Buffer[] = [];
+    const queueUp: Buffer[] = [];
     const flush = () => {
-      for (const chunk of queue.splice(0)) client.write(chunk);
+      if (queue.length) client.write(Buffer.concat(queue.splice(0)));
     };
     releases.push(flush);
+    releasesUp.push(() => {
+      if (queueUp.length) upstream.write(Buffer.concat(queueUp.splice(0)));
+    });
     client.on('data', (chunk: Buffer) => {
       if (armed && chunk.includes(armed.bytes)) {
         holding = true;
         armed.onHeld();
         armed = null;
       }
-      upstream.write(chunk);
+      if (holdingUp) queueUp.push(chunk);
+      else upstream.write(chunk);
     });
     upstream.on('data', (chunk: Buffer) => {
       if (holding) queue.push(chunk);
@@ -59,9 +72,19 @@ export async function holdRelay(brokerUrl: string): Promise<HoldRelay> {
         armed = { bytes, onHeld };
       });
     },
+    holdDown() {
+      holding = true;
+    },
     release() {
       holding = false;
       for (const flush of releases) flush();
+    },
+    holdUp() {
+      holdingUp = true;
+    },
+    releaseUp() {
+      holdingUp = false;
+      for (const flush of releasesUp) flush();
     },
     async close() {
       for (const s of sockets) s.destroy();

@@ -1,0 +1,100 @@
+/**
+ * Stops that meet a claim in flight: the control plane has granted an agent's claim (the task shows
+ * RUNNING) but the agent has not heard the answer yet when it is told to stop. A relay holds the
+ * broker's answers to the agent. The lease is long here, so that only the agent's own handling (not a
+ * lease expiring) can move the task, however loaded the machine.
+ */
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { beforeAll, describe, expect, it } from 'vitest';
+import {
+  CLUSTER_START_TIMEOUT_MS,
+  clusterHooks,
+  makeTestVideo,
+  processesMatching,
+  TestCluster,
+} from '../helpers/cluster.ts';
+import { holdRelay } from '../helpers/hold-relay.ts';
+import { ENCODE, md5, referenceEncode } from './support/fixtures.ts';
+
+describe('stops meeting a claim in flight', () => {
+  let c: TestCluster;
+  let clip4: string;
+  let reference: string;
+
+  beforeAll(async () => {
+    c = await TestCluster.start({ leaseTtlMs: 60_000 });
+    clip4 = await makeTestVideo(c.dir, 'media/clip4.mp4', 4);
+    reference = referenceEncode(clip4, `${clip4}.reference.mp4`);
+  }, CLUSTER_START_TIMEOUT_MS);
+
+  clusterHooks(() => c, { stopAgents: true });
+
+  const out = (name: string) => join(c.dir, 'out', name);
+
+  /**
+   * An agent whose claim the control plane has granted (the task shows RUNNING) but whose answer it has
+   * not heard yet, stopped in that window: the relay holds everything the broker sends the agent from
+   * its claim on, until released.
+   */
+  async function agentWithAnswerHeld(name: string, target: string) {
+    const relay = await holdRelay(c.mqttUrl);
+    const agent = await c.startLocalAgent({ name, slots: 1, env: { MQTT_URL: relay.url } });
+    const held = relay.holdAfterNext('"type":"claim"');
+    const task = await c.api.createTask({
+      command: ENCODE,
+      inputFile: clip4,
+      outputFile: target,
+      requires: [`agent:${agent.name}`],
+    });
+    await held;
+    await c.api.waitForTask(task.id, (t) => t.status === 'RUNNING', 10_000);
+    return { relay, agent, task };
+  }
+
+  it('runs the task of a claim answered after its first SIGTERM, and leaves only once it is done', async () => {
+    const target = out('late-claim.mp4');
+    const { relay, agent, task } = await agentWithAnswerHeld('late-claim', target);
+    try {
+      let drained = false;
+      const drain = agent.drain().then(() => {
+        drained = true;
+      });
+      await sleep(500);
+      // Leaving now would strand the task, RUNNING on the control plane, until its lease expired.
+      expect(drained).toBe(false);
+      relay.release();
+      await drain;
+      await agent.stop();
+      const done = await c.api.waitForTask(task.id, (t) => t.status.startsWith('DONE_'), 15_000);
+      expect(done).toMatchObject({
+        status: 'DONE_SUCCESSFUL',
+        attempt: 1,
+        agent: { name: agent.name },
+      });
+      expect(md5(target)).toBe(reference);
+    } finally {
+      await relay.close();
+    }
+  }, 60_000);
+
+  it('hands back at once the task of a claim answered during a forced stop, starting nothing', async () => {
+    const target = out('late-claim-forced.mp4');
+    const { relay, agent, task } = await agentWithAnswerHeld('late-claim-forced', target);
+    try {
+      const stopped = agent.stop({ flushMs: 2_000 });
+      await sleep(300);
+      relay.release();
+      await stopped;
+      // Handed back by the agent: only the lease (a minute) would otherwise requeue it.
+      const queued = await c.api.waitForTask(task.id, (t) => t.status === 'QUEUED', 15_000);
+      expect(queued.attempt).toBe(1);
+      expect(existsSync(target)).toBe(false);
+      expect(processesMatching(target)).toEqual([]);
+    } finally {
+      await relay.close();
+      await c.api.patch(`/api/v1/tasks/${task.id}/cancel`);
+    }
+  }, 60_000);
+});
