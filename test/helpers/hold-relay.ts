@@ -1,13 +1,12 @@
 /**
- * A TCP relay in front of a broker that can hold what the broker sends to its clients: once armed
- * with `holdAfterNext(bytes)`, the next time a client sends those bytes everything coming back to the
- * clients is kept until `release()`. Used to stop time between "the control plane answered" and "the
- * agent heard it".
+ * A TCP relay in front of a broker that holds traffic on demand, to stop time between "the control
+ * plane answered" and "the agent heard it": what the broker sends (from the next time a client sends
+ * given bytes, `holdAfterNext`, or from now, `holdDown`) until `release()`, and what the clients send
+ * (`holdUp`) until `releaseUp()`. Held bytes go out in one write per connection.
  */
-import { createConnection, createServer, type Socket } from 'node:net';
+import { type TcpRelay, tcpRelay } from './tcp-relay.ts';
 
-export type HoldRelay = {
-  url: string;
+export type HoldRelay = TcpRelay & {
   /** Hold from the next time a client sends `bytes`; resolves when it did (the hold has started). */
   holdAfterNext(bytes: string): Promise<void>;
   /** Hold what the broker sends from now on. */
@@ -18,27 +17,22 @@ export type HoldRelay = {
   holdUp(): void;
   /** Deliver what the clients sent meanwhile and stop holding it. */
   releaseUp(): void;
-  close(): Promise<void>;
 };
 
 export async function holdRelay(brokerUrl: string): Promise<HoldRelay> {
   const { hostname, port } = new URL(brokerUrl);
-  const sockets = new Set<Socket>();
   const releases: Array<() => void> = [];
   const releasesUp: Array<() => void> = [];
   let holding = false;
   let holdingUp = false;
   let armed: { bytes: string; onHeld: () => void } | null = null;
 
-  const server = createServer((client) => {
-    const upstream = createConnection({ host: hostname, port: Number(port) });
-    sockets.add(client).add(upstream);
+  const relay = await tcpRelay({ host: hostname, port: Number(port) }, (client, upstream) => {
     const queue: Buffer[] = [];
     const queueUp: Buffer[] = [];
-    const flush = () => {
+    releases.push(() => {
       if (queue.length) client.write(Buffer.concat(queue.splice(0)));
-    };
-    releases.push(flush);
+    });
     releasesUp.push(() => {
       if (queueUp.length) upstream.write(Buffer.concat(queueUp.splice(0)));
     });
@@ -55,18 +49,11 @@ export async function holdRelay(brokerUrl: string): Promise<HoldRelay> {
       if (holding) queue.push(chunk);
       else client.write(chunk);
     });
-    const end = () => {
-      client.destroy();
-      upstream.destroy();
-    };
-    client.on('close', end).on('error', end);
-    upstream.on('close', end).on('error', end);
+    client.on('close', () => upstream.destroy());
+    upstream.on('close', () => client.destroy());
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const address = server.address();
-  const relayPort = typeof address === 'object' && address ? address.port : 0;
   return {
-    url: `mqtt://127.0.0.1:${relayPort}`,
+    ...relay,
     holdAfterNext(bytes) {
       return new Promise<void>((onHeld) => {
         armed = { bytes, onHeld };
@@ -85,10 +72,6 @@ export async function holdRelay(brokerUrl: string): Promise<HoldRelay> {
     releaseUp() {
       holdingUp = false;
       for (const flush of releasesUp) flush();
-    },
-    async close() {
-      for (const s of sockets) s.destroy();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
     },
   };
 }

@@ -1,6 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
-import { createServer, type Socket, connect as tcpConnect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -25,6 +24,7 @@ import {
   type TestBroker,
   waitFor,
 } from '../../../control-plane/src/broker/test-brokers.ts';
+import { type TcpRelay, tcpRelay } from '../../../test/helpers/tcp-relay.ts';
 import { Outbox } from '../outbox/outbox.ts';
 import { AgentSession, type AgentSessionOptions } from './agent-session.ts';
 
@@ -509,65 +509,42 @@ async function lateMessageRelay(
   port: number,
   topic: string,
   payload: string,
-): Promise<{ url: string; injected: () => boolean; close: () => Promise<void> }> {
-  const sockets = new Set<Socket>();
+): Promise<TcpRelay & { injected: () => boolean }> {
   let injected = false;
-  const server = createServer({ allowHalfOpen: true }, (agentSide) => {
-    const brokerSide = tcpConnect(port, '127.0.0.1');
-    for (const s of [agentSide, brokerSide]) {
-      sockets.add(s);
-      s.on('close', () => sockets.delete(s));
-      s.on('error', () => {});
-    }
-    let agentEnded = false;
-    agentSide.on('data', (d: Buffer) => brokerSide.write(d));
-    brokerSide.on('data', (d: Buffer) => {
-      if (!agentSide.writableEnded) agentSide.write(d);
-    });
-    agentSide.on('end', () => {
-      agentEnded = true;
-      brokerSide.end();
-      agentSide.write(qos1Publish(topic, payload, 4242));
-      injected = true;
-      setTimeout(() => agentSide.end(), 50);
-    });
-    // The broker closes its side on the DISCONNECT; the agent's FIN may reach us a moment later.
-    brokerSide.on('close', () => {
-      setTimeout(() => {
-        if (!agentEnded) agentSide.destroy();
-      }, 500);
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const address = server.address();
-  const relayPort = typeof address === 'object' && address ? address.port : 0;
-  return {
-    url: `mqtt://127.0.0.1:${relayPort}`,
-    injected: () => injected,
-    close: () =>
-      new Promise<void>((resolve) => {
-        for (const s of sockets) s.destroy();
-        server.close(() => resolve());
-      }),
-  };
+  const relay = await tcpRelay(
+    { port },
+    (agentSide, brokerSide) => {
+      let agentEnded = false;
+      agentSide.on('data', (d: Buffer) => brokerSide.write(d));
+      brokerSide.on('data', (d: Buffer) => {
+        if (!agentSide.writableEnded) agentSide.write(d);
+      });
+      agentSide.on('end', () => {
+        agentEnded = true;
+        brokerSide.end();
+        agentSide.write(qos1Publish(topic, payload, 4242));
+        injected = true;
+        setTimeout(() => agentSide.end(), 50);
+      });
+      // The broker closes its side on the DISCONNECT; the agent's FIN may reach us a moment later.
+      brokerSide.on('close', () => {
+        setTimeout(() => {
+          if (!agentEnded) agentSide.destroy();
+        }, 500);
+      });
+    },
+    { allowHalfOpen: true },
+  );
+  return { ...relay, injected: () => injected };
 }
 
 /**
  * A TCP relay to the broker on `port` that drops the first connection as soon as the client sends a
  * SUBSCRIBE (before any SUBACK can come back); later connections pass untouched.
  */
-async function cutAtFirstSubscribe(
-  port: number,
-): Promise<{ url: string; cut: () => boolean; close: () => Promise<void> }> {
-  const sockets = new Set<Socket>();
+async function cutAtFirstSubscribe(port: number): Promise<TcpRelay & { cut: () => boolean }> {
   let cut = false;
-  const server = createServer((agentSide) => {
-    const brokerSide = tcpConnect(port, '127.0.0.1');
-    for (const s of [agentSide, brokerSide]) {
-      sockets.add(s);
-      s.on('close', () => sockets.delete(s));
-      s.on('error', () => {});
-    }
+  const relay = await tcpRelay({ port }, (agentSide, brokerSide) => {
     const first = !cut;
     agentSide.on('data', (d: Buffer) => {
       // 0x82: SUBSCRIBE (type 8, flags 0010). The CONNECT goes in its own write before it.
@@ -583,18 +560,7 @@ async function cutAtFirstSubscribe(
     agentSide.on('close', () => brokerSide.destroy());
     brokerSide.on('close', () => agentSide.destroy());
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const address = server.address();
-  const relayPort = typeof address === 'object' && address ? address.port : 0;
-  return {
-    url: `mqtt://127.0.0.1:${relayPort}`,
-    cut: () => cut,
-    close: () =>
-      new Promise<void>((resolve) => {
-        for (const s of sockets) s.destroy();
-        server.close(() => resolve());
-      }),
-  };
+  return { ...relay, cut: () => cut };
 }
 
 /** An MQTT 3.1.1 PUBLISH packet, QoS 1. */
