@@ -2,12 +2,12 @@ import { createHash, randomBytes } from 'node:crypto';
 import { chmod, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { makeDirectory, SHORT_TOKEN_WARNING, takeLockFile } from '@ffleet/shared';
-import { type ServerType, serve } from '@hono/node-server';
+import type { ServerType } from '@hono/node-server';
 import { count, eq } from 'drizzle-orm';
 import type { Logger } from 'pino';
 import { agentTokenPath, loadAgentToken } from './agent-token.ts';
 import { createApp } from './api/app.ts';
-import { answerClientErrors } from './api/client-errors.ts';
+import { createApiServer } from './api/client-errors.ts';
 import { createMetrics } from './api/metrics.ts';
 import { redeliverThrough } from './api/webhooks.ts';
 import { ControlPlaneClient } from './broker/control-plane-client.ts';
@@ -41,10 +41,11 @@ function listen(
   port: number,
 ): Promise<{ server: ServerType; port: number }> {
   return new Promise((resolve, reject) => {
-    const server = serve({ fetch: app.fetch, hostname: host, port }, (info) =>
-      resolve({ server, port: info.port }),
-    );
-    answerClientErrors(server);
+    const server = createApiServer(app.fetch, host);
+    server.listen(port, host, () => {
+      const address = server.address();
+      resolve({ server, port: typeof address === 'object' && address ? address.port : port });
+    });
     server.once('error', (err: NodeJS.ErrnoException) =>
       reject(
         err.code === 'EADDRINUSE'

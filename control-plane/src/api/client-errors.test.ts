@@ -1,8 +1,8 @@
+import type { Server } from 'node:http';
 import { connect } from 'node:net';
-import { type ServerType, serve } from '@hono/node-server';
 import { Hono } from 'hono';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { answerClientErrors } from './client-errors.ts';
+import { createApiServer } from './client-errors.ts';
 
 /**
  * One raw HTTP exchange: what the server wrote before it closed the connection. The client keeps its
@@ -22,7 +22,7 @@ function exchange(port: number, request: string): Promise<string> {
 }
 
 describe('requests Node rejects before the app sees them', () => {
-  let server: ServerType;
+  let server: Server;
   let port = 0;
   beforeAll(async () => {
     const app = new Hono()
@@ -31,13 +31,10 @@ describe('requests Node rejects before the app sees them', () => {
         await new Promise((r) => setTimeout(r, 100));
         return c.text('slow');
       });
-    await new Promise<void>((resolve) => {
-      server = serve({ fetch: app.fetch, hostname: '127.0.0.1', port: 0 }, (info) => {
-        port = info.port;
-        resolve();
-      });
-    });
-    answerClientErrors(server);
+    server = createApiServer(app.fetch, '127.0.0.1');
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const address = server.address();
+    port = typeof address === 'object' && address ? address.port : 0;
   });
   afterAll(() => new Promise<void>((resolve) => server.close(() => resolve())));
 
@@ -60,6 +57,20 @@ describe('requests Node rejects before the app sees them', () => {
     const raw = await exchange(port, 'GET /slow HTTP/1.1\r\nHost: x\r\n\r\nHELLO there\r\n\r\n');
     expect(raw).toMatch(/^HTTP\/1\.1 200 OK\r\n/);
     expect(raw).toContain('\r\n\r\nslow');
+  });
+
+  it('answers an HTTP/1.1 request without a Host header, or with an invalid one, with a 400 problem', async () => {
+    for (const request of ['GET /ok HTTP/1.1\r\n\r\n', 'GET /ok HTTP/1.1\r\nHost: a b\r\n\r\n']) {
+      const { head, body } = problemOf(await exchange(port, `${request}`));
+      expect(head).toMatch(/^HTTP\/1\.1 400 Bad Request\r\n/);
+      expect(head.toLowerCase()).toContain('content-type: application/problem+json');
+      expect(body).toMatchObject({ status: 400, code: 'MALFORMED_REQUEST' });
+      expect(body.detail).not.toBe('');
+    }
+    // HTTP/1.0 (a load balancer's health check) may leave it out: served as for the listen address.
+    const raw = await exchange(port, 'GET /ok HTTP/1.0\r\n\r\n');
+    expect(raw).toMatch(/^HTTP\/1\.1 200 OK\r\n/);
+    expect(raw.endsWith('\r\n\r\nok')).toBe(true);
   });
 
   it('answers a request that is not HTTP with a 400 problem', async () => {
