@@ -105,7 +105,7 @@ const mayLockBatch = (r: TaskReport): boolean => r.kind === 'update' && r.patch.
 /** Watchfolder files written in one group job at most (bounds the transaction a claim may wait behind). */
 const WATCH_BATCH = 256;
 
-type WatchFileJob = { name: string; req: WatchFileRequest & { requestId: string } };
+type WatchFileJob = { name: string; req: WatchFileRequest & { requestId: string; agentId: string } };
 
 /**
  * The control plane's side of the agent protocol (PROTOCOL.md): presence, claims, fenced reports,
@@ -474,6 +474,10 @@ export class Fleet implements FleetHooks {
       this.#agents.delete(name);
       agent = await this.#agent(name);
       if (!agent) return;
+      // Its watchfolders moved while it was silent, and it has not heard (its connection stayed up):
+      // tell it what it scans now, or it would go on scanning them beside their new owner.
+      await this.#sendConfig(agent, true);
+      await this.assignWatchfolders();
     }
     if (hb.running.length) {
       const id = agent.id;
@@ -599,10 +603,10 @@ export class Fleet implements FleetHooks {
    * into the next one, which is ONE group-commit job (createWatchTasksIn: two reads for the whole batch,
    * one statement per new task). Each answer is sent after the commit, as before.
    */
-  async #watchFile(name: string, req: WatchFileJob['req']): Promise<void> {
+  async #watchFile(name: string, req: WatchFileRequest & { requestId: string }): Promise<void> {
     const agent = await this.#agent(name);
     if (!agent || this.#stopped) return;
-    this.#watchFiles.push({ name, req });
+    this.#watchFiles.push({ name, req: { ...req, agentId: agent.id } });
     if (!this.#watchRun) this.#watchRun = this.#drainWatchFiles();
   }
 

@@ -9,7 +9,19 @@ import { type ServiceContext, transact } from '../services/context.ts';
 import { buildTaskRow } from '../services/task-input.ts';
 import { insertTask } from '../services/tasks.ts';
 
-export type WatchFileRequest = { watchfolderId: string; relativePath: string; size: number; mtimeMs: number };
+export type WatchFileRequest = {
+  watchfolderId: string;
+  relativePath: string;
+  size: number;
+  mtimeMs: number;
+  /**
+   * The agent that submits it. A folder assigned to another agent refuses it: it is a late replay
+   * (an outbox after a restart, an agent back from a freeze) of a folder that moved, whose new owner
+   * scans and locks its files itself. Once that lock is confirmed the file's version is forgotten,
+   * and the replay would make a second task.
+   */
+  agentId?: string;
+};
 export type WatchFileResult =
   | { ok: true; taskId: string; created: boolean; requires?: readonly string[] }
   | { ok: false; error: string };
@@ -75,6 +87,10 @@ export async function createWatchTasksIn(
     const wf = byId.get(r.watchfolderId)?.wf;
     if (!wf) {
       out[i] = { ok: false, error: 'watchfolder no longer exists' };
+      return null;
+    }
+    if (r.agentId !== undefined && wf.assignedAgentId !== r.agentId) {
+      out[i] = { ok: false, error: 'this watchfolder is assigned to another agent now' };
       return null;
     }
     // The absolute path is part of the key, so moving a watchfolder to another directory never

@@ -1,0 +1,122 @@
+/**
+ * A watchfolder is scanned by the one agent it is assigned to: files from any other agent (a late
+ * replay of a folder that moved) make no task, and an agent back from a silence hears that its folders
+ * moved.
+ */
+import { PresetCreate, WatchfolderCreate } from '@ffleet/shared';
+import { eq } from 'drizzle-orm';
+import { afterEach, describe, expect, it } from 'vitest';
+import { openTestDatabase } from '../../../test/helpers/db.ts';
+import { sampleBirth } from '../broker/test-brokers.ts';
+import { agents, tasks, watchfolders } from '../db/schema.ts';
+import { createPreset } from '../services/presets.ts';
+import { createWatchfolder } from '../services/watchfolders.ts';
+import { startTestFleet } from './fake-mqtt.ts';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+describe('watchfolder ownership', () => {
+  const cleanups: Array<() => Promise<unknown>> = [];
+  afterEach(async () => {
+    for (const c of cleanups.splice(0).reverse()) await c();
+  });
+
+  /** A fleet hearing a1 and a2, with one watchfolder assigned to a1. */
+  async function folderOnA1(opts: { silentAfterMs?: number } = {}) {
+    const database = await openTestDatabase();
+    cleanups.push(() => database.drop());
+    const t = await startTestFleet(database, opts);
+    cleanups.push(() => t.fleet.stop());
+    t.mqtt.emit('connection', true);
+    await t.mqtt.birth('a1', sampleBirth('a1'));
+    await sleep(50);
+    const preset = await createPreset(t.ctx, PresetCreate.parse({ name: 'p', command: '-i /in /out' }));
+    const wf = await createWatchfolder(
+      t.ctx,
+      WatchfolderCreate.parse({
+        name: 'w',
+        interval: 1,
+        growthChecks: 1,
+        preset: preset.id,
+        path: '/srv/drop',
+      }),
+    );
+    await t.fleet.assignWatchfolders();
+    await t.mqtt.birth('a2', sampleBirth('a2'));
+    await sleep(50);
+    const owner = async () => {
+      const [row] = await database.db
+        .select({ name: agents.name })
+        .from(watchfolders)
+        .leftJoin(agents, eq(agents.id, watchfolders.assignedAgentId))
+        .where(eq(watchfolders.id, wf.id));
+      return row?.name ?? null;
+    };
+    expect(await owner()).toBe('a1');
+    const taskCount = async () =>
+      (await database.db.select({ id: tasks.id }).from(tasks).where(eq(tasks.source, 'watchfolder'))).length;
+    return { ...t, wf, owner, taskCount };
+  }
+
+  const answerTo = (sent: { agent: string; message: { type: string } }[], agent: string, requestId: string) =>
+    sent.find(
+      (s) =>
+        s.agent === agent &&
+        s.message.type === 'request.result' &&
+        (s.message as { requestId?: string }).requestId === requestId,
+    )?.message;
+
+  it('makes no task of a file another agent submits, even after the owner locked it', async () => {
+    const { mqtt, wf, taskCount } = await folderOnA1();
+    const file = (requestId: string) =>
+      ({
+        type: 'watch.file',
+        requestId,
+        watchfolderId: wf.id,
+        relativePath: 'clip.mov',
+        size: 10,
+        mtimeMs: 1,
+      }) as const;
+    await mqtt.request('a1', file('own-1'));
+    await sleep(100);
+    const own = answerTo(mqtt.sent, 'a1', 'own-1') as unknown as { ok: boolean; taskId: string };
+    expect(own).toMatchObject({ ok: true });
+    await mqtt.request('a1', {
+      type: 'watch.locked',
+      requestId: 'lock-1',
+      watchfolderId: wf.id,
+      taskId: own.taskId,
+    });
+    await sleep(50);
+    // a2 scanned the folder before it moved; its outbox replays the submit now.
+    await mqtt.request('a2', file('replayed-1'));
+    await sleep(100);
+    expect(answerTo(mqtt.sent, 'a2', 'replayed-1')).toMatchObject({
+      ok: false,
+      error: 'this watchfolder is assigned to another agent now',
+    });
+    expect(await taskCount()).toBe(1);
+  });
+
+  it('tells an agent back from a silence that its watchfolder moved', async () => {
+    const { mqtt, owner } = await folderOnA1({ silentAfterMs: 1_000 });
+    const heartbeat = (agent: string) =>
+      mqtt.heartbeat(agent, { bootId: 'boot-1', freeSlots: 1, running: [], ts: Date.now() });
+    // a1 goes silent (frozen; its connection stays up), a2 is heard: the folder moves to a2.
+    const deadline = Date.now() + 15_000;
+    while ((await owner()) !== 'a2') {
+      if (Date.now() > deadline) throw new Error('the folder did not move');
+      await heartbeat('a2');
+      await sleep(200);
+    }
+    const before = mqtt.sent.length;
+    await heartbeat('a1');
+    await sleep(100);
+    const configs = mqtt.sent
+      .slice(before)
+      .filter((s) => s.agent === 'a1' && s.message.type === 'config')
+      .map((s) => (s.message as { watchfolders: unknown[] }).watchfolders);
+    expect(configs).toEqual([[]]);
+    expect(await owner()).toBe('a2');
+  }, 30_000);
+});
