@@ -8,6 +8,8 @@ import type {
   InboxMessage,
   TaskReport,
 } from '@ffleet/shared';
+import { afterEach } from 'vitest';
+import { openTestDatabase } from '../../../test/helpers/db.ts';
 import type { ControlPlaneClient, SendResult } from '../broker/control-plane-client.ts';
 import { captureLogger } from '../broker/test-brokers.ts';
 import type { Database } from '../db/client.ts';
@@ -95,4 +97,23 @@ export async function startTestFleet(
   ctx.fleet = fleet;
   await fleet.start();
   return { fleet, mqtt, ctx, records };
+}
+
+/**
+ * For a describe block: `start()` opens a test database and a Fleet on it, connected (it hears the
+ * agents); both are stopped and dropped after each test.
+ */
+export function useTestFleets() {
+  const cleanups: Array<() => Promise<unknown>> = [];
+  afterEach(async () => {
+    for (const c of cleanups.splice(0).reverse()) await c();
+  });
+  return async (opts: Parameters<typeof startTestFleet>[1] = {}) => {
+    const database = await openTestDatabase();
+    cleanups.push(() => database.drop());
+    const t = await startTestFleet(database, opts);
+    cleanups.push(() => t.fleet.stop());
+    t.mqtt.emit('connection', true);
+    return { ...t, database };
+  };
 }

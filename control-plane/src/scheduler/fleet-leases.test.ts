@@ -4,12 +4,11 @@
  */
 import { TaskCreate } from '@ffleet/shared';
 import { eq } from 'drizzle-orm';
-import { afterEach, describe, expect, it } from 'vitest';
-import { openTestDatabase } from '../../../test/helpers/db.ts';
+import { describe, expect, it } from 'vitest';
 import { sampleBirth } from '../broker/test-brokers.ts';
 import { tasks } from '../db/schema.ts';
 import { createTask } from '../services/tasks.ts';
-import { startTestFleet } from './fake-mqtt.ts';
+import { useTestFleets } from './fake-mqtt.ts';
 import { resumeGraceMs } from './fleet.ts';
 
 const LEASE_TTL_MS = 1_000; // sweeps every 100 ms
@@ -23,18 +22,11 @@ async function poll(check: () => Promise<boolean>, timeoutMs: number, what: stri
 }
 
 describe('leases across the control plane’s own absences', () => {
-  const cleanups: Array<() => Promise<unknown>> = [];
-  afterEach(async () => {
-    for (const c of cleanups.splice(0).reverse()) await c();
-  });
+  const startFleet = useTestFleets();
 
   /** A fleet hearing one agent, `a1`, which has claimed one task. */
   async function fleetWithClaimedTask() {
-    const database = await openTestDatabase();
-    cleanups.push(() => database.drop());
-    const { fleet, mqtt, ctx, records } = await startTestFleet(database, { leaseTtlMs: LEASE_TTL_MS });
-    cleanups.push(() => fleet.stop());
-    mqtt.emit('connection', true);
+    const { mqtt, ctx, records, database } = await startFleet({ leaseTtlMs: LEASE_TTL_MS });
     await mqtt.birth('a1', sampleBirth('a1'));
     const task = await createTask(
       ctx,

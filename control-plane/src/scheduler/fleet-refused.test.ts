@@ -1,20 +1,12 @@
-import { afterEach, describe, expect, it } from 'vitest';
-import { openTestDatabase } from '../../../test/helpers/db.ts';
+import { describe, expect, it } from 'vitest';
 import { sampleBirth } from '../broker/test-brokers.ts';
-import { startTestFleet } from './fake-mqtt.ts';
+import { useTestFleets } from './fake-mqtt.ts';
 
 describe('two agent processes under one name', () => {
-  const cleanups: Array<() => Promise<unknown>> = [];
-  afterEach(async () => {
-    for (const c of cleanups.splice(0).reverse()) await c();
-  });
+  const startFleet = useTestFleets();
 
   it('refuses each announcement of the later one, and logs it as an error once', async () => {
-    const database = await openTestDatabase();
-    cleanups.push(() => database.drop());
-    const { fleet, mqtt, records } = await startTestFleet(database);
-    cleanups.push(() => fleet.stop());
-    mqtt.emit('connection', true);
+    const { mqtt, records } = await startFleet();
     const birth = (bootId: string, hostname: string) =>
       mqtt.birth('twin', { ...sampleBirth('twin'), bootId, hostname });
     // Both are heard (births alternate as each reconnects): the later one is refused...

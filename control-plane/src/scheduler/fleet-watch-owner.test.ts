@@ -5,29 +5,22 @@
  */
 import { PresetCreate, WatchfolderCreate } from '@ffleet/shared';
 import { eq } from 'drizzle-orm';
-import { afterEach, describe, expect, it } from 'vitest';
-import { openTestDatabase } from '../../../test/helpers/db.ts';
+import { describe, expect, it } from 'vitest';
 import { sampleBirth } from '../broker/test-brokers.ts';
 import { agents, tasks, watchfolders } from '../db/schema.ts';
 import { createPreset } from '../services/presets.ts';
 import { createWatchfolder } from '../services/watchfolders.ts';
-import { startTestFleet } from './fake-mqtt.ts';
+import { useTestFleets } from './fake-mqtt.ts';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe('watchfolder ownership', () => {
-  const cleanups: Array<() => Promise<unknown>> = [];
-  afterEach(async () => {
-    for (const c of cleanups.splice(0).reverse()) await c();
-  });
+  const startFleet = useTestFleets();
 
   /** A fleet hearing a1 and a2, with one watchfolder assigned to a1. */
   async function folderOnA1(opts: { silentAfterMs?: number } = {}) {
-    const database = await openTestDatabase();
-    cleanups.push(() => database.drop());
-    const t = await startTestFleet(database, opts);
-    cleanups.push(() => t.fleet.stop());
-    t.mqtt.emit('connection', true);
+    const t = await startFleet(opts);
+    const { database } = t;
     await t.mqtt.birth('a1', sampleBirth('a1'));
     await sleep(50);
     const preset = await createPreset(t.ctx, PresetCreate.parse({ name: 'p', command: '-i /in /out' }));
