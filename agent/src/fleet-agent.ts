@@ -482,7 +482,8 @@ export class FleetAgent {
       if (current.claimed.attempt >= attempt) return;
       // An older attempt that lost its lease and is still being stopped (its cancel came with this
       // answer): this one starts once it is gone, rather than never (the task would wait a lease).
-      void current.done.finally(() => this.#startRun(claimed));
+      const next = () => this.#startRun(claimed);
+      current.done.then(next, next);
       return;
     }
     const session = this.#session!;
