@@ -3,6 +3,8 @@ import { type FinishedAttempt, recordAttempts } from './record-attempt.ts';
 
 /** Attempts per recording statement; bounds one statement's parameter size (bodies are ≤ 64 KiB each). */
 export const MAX_RECORD_BATCH = 100;
+/** The longest an attempt waits for others to share its recording statement (PGlite, see #gather). */
+const GATHER_MAX_MS = 20;
 
 type Waiting = { attempt: FinishedAttempt; resolve: (ours: boolean) => void; reject: (e: unknown) => void };
 
@@ -14,6 +16,7 @@ type Waiting = { attempt: FinishedAttempt; resolve: (ours: boolean) => void; rej
 export class AttemptRecorder {
   readonly #queue: Waiting[] = [];
   #writing: Promise<void> | null = null;
+  #lastWriteMs = 0;
 
   constructor(private readonly database: Database) {}
 
@@ -21,18 +24,32 @@ export class AttemptRecorder {
   record(attempt: FinishedAttempt): Promise<boolean> {
     return new Promise((resolve, reject) => {
       this.#queue.push({ attempt, resolve, reject });
-      this.#writing ??= this.#drain();
+      this.#writing ??= this.#gather().then(() => this.#drain());
     });
+  }
+
+  /**
+   * On PGlite, before a write, wait as long as the last one took (at most GATHER_MAX_MS), so that
+   * attempts finishing meanwhile share it: each write runs on the main thread there, and recording a
+   * busy receiver's attempts one by one took most of it. (On PostgreSQL the attempts that finish while a
+   * write is in flight already share the next one.)
+   */
+  #gather(): Promise<void> {
+    if (this.database.kind !== 'pglite') return Promise.resolve();
+    const wait = Math.min(GATHER_MAX_MS, this.#lastWriteMs);
+    return wait >= 1 ? new Promise((r) => setTimeout(r, wait)) : Promise.resolve();
   }
 
   async #drain(): Promise<void> {
     while (this.#queue.length > 0) {
       const batch = this.#queue.splice(0, MAX_RECORD_BATCH);
       try {
+        const t0 = performance.now();
         const ours = await recordAttempts(
           this.database,
           batch.map((w) => w.attempt),
         );
+        this.#lastWriteMs = performance.now() - t0;
         for (const w of batch) w.resolve(ours.has(w.attempt.delivery.id));
       } catch (e) {
         if (batch.length === 1) batch[0]!.reject(e);

@@ -237,6 +237,38 @@ describe.each(dbKinds)('DeliveryDispatcher on %s', (kind) => {
     expect(receiver.maxConcurrent).toBe(DEFAULT_PER_URL_CONCURRENCY);
   });
 
+  it('drains a backlog to one receiver in batches: far fewer statements than deliveries', {
+    timeout: 60_000,
+  }, async () => {
+    // On PGlite every statement runs on the control plane's main thread. A claim and a record per
+    // delivery (each attempt's end claimed a row again and was recorded alone) took it all: with 15,000
+    // deliveries queued the API stopped answering for minutes while ~12 per second went out.
+    db = await openTestDatabase(kind);
+    cleanups.push(() => db.drop());
+    const receiver = await TestReceiver.start();
+    cleanups.push(() => receiver.close());
+    let statements = 0;
+    const counting = Object.create(db, {
+      rows: {
+        value: (...args: Parameters<typeof db.rows>) => {
+          statements++;
+          return db.rows(...args);
+        },
+      },
+    }) as typeof db;
+    const dispatcher = newDispatcher(counting);
+    cleanups.push(() => dispatcher.stop(0));
+    await addWebhook(db, { event: 'task.deleted', url: receiver.url });
+    const count = 600;
+    for (let i = 0; i < count; i++) await emit(db, { event: 'task.deleted', data: { taskId: `t${i}` } });
+    dispatcher.start();
+    await receiver.waitFor(count, 45_000);
+    await waitUntil(async () => (await listDeliveries(db)).every((d) => d.state === 'delivered'), 15_000);
+    await dispatcher.stop();
+    expect(new Set(receiver.received.map((r) => r.headers['webhook-id'])).size).toBe(count);
+    expect(statements).toBeLessThan(count / 4);
+  });
+
   it('stop() gives back an attempt cut short so the next dispatcher sends it at once', async () => {
     let hang = true;
     const { receiver, dispatcher } = await setup((_req, res) => {

@@ -28,6 +28,15 @@ export const BLOCKED_RECHECK_MS = 1_000;
  */
 export const MIN_CLAIM_GAP_MS = 5;
 /**
+ * On PGlite, a claim that found less than it asked for is followed by a pause of this many times its own
+ * duration (at least MIN_CLAIM_GAP_MS) before the next one starts. There a claim runs on the main thread,
+ * and with a large backlog behind saturated URLs it scans every pending row (tens of ms each): claiming
+ * again after every finished attempt kept the event loop busy back to back, so the API, the agents'
+ * messages and the deliveries themselves stalled for minutes. Claims that fill their limit repeat at
+ * once; on PostgreSQL the claim runs in the server and the event loop stays free meanwhile.
+ */
+export const CLAIM_PACING = 3;
+/**
  * Attempts in flight per dispatcher. Delivery is round-trip bound (claim, POST, record), so the rate to
  * one receiver is about its slots divided by the time a slot stays busy; on a loaded machine that time
  * grows to tens of milliseconds, and 32 slots per URL capped a single receiver at a few hundred per
@@ -127,6 +136,8 @@ export class DeliveryDispatcher {
   #claiming: Promise<void> | null = null;
   #claimAgain = false;
   #lastClaimAt = 0;
+  /** Pause between the start of a claim and the next (see CLAIM_PACING). */
+  #claimGapMs = MIN_CLAIM_GAP_MS;
   #gapTimer: NodeJS.Timeout | undefined;
   #poll: NodeJS.Timeout | undefined;
   readonly #retryTimers = new Set<NodeJS.Timeout>();
@@ -171,7 +182,7 @@ export class DeliveryDispatcher {
       this.#claimAgain = true;
       return;
     }
-    const wait = this.#lastClaimAt + MIN_CLAIM_GAP_MS - performance.now();
+    const wait = this.#lastClaimAt + this.#claimGapMs - performance.now();
     if (wait > 0) {
       this.#gapTimer ??= setTimeout(() => {
         this.#gapTimer = undefined;
@@ -257,14 +268,21 @@ export class DeliveryDispatcher {
       const budget = this.#o.concurrency * this.#o.prefetch;
       const free = budget + this.#reserve * this.#o.prefetch - held;
       if (free <= 0) return;
-      const perUrlLimit = this.#share() * this.#o.prefetch;
-      const inFlightByUrl =
-        held < budget
-          ? Object.fromEntries(this.#claimedPerUrl)
-          : Object.fromEntries([...this.#claimedPerUrl.keys()].map((url) => [url, perUrlLimit]));
+      const share = this.#share();
+      const perUrlLimit = share * this.#o.prefetch;
+      // Refill a URL's claimed-ahead rows in batches: it counts as full until half of what it may claim
+      // ahead has gone, so a busy receiver costs one claim per `refill` attempts, not one per attempt.
+      const refill = Math.max(1, Math.floor((share * (this.#o.prefetch - 1)) / 2));
+      const inFlightByUrl = Object.fromEntries(
+        [...this.#claimedPerUrl].map(([url, n]) => [
+          url,
+          held >= budget || n > perUrlLimit - refill ? perUrlLimit : n,
+        ]),
+      );
       const limit = held < budget ? budget - held : free;
       const now = this.#o.clock();
-      this.#lastClaimAt = performance.now();
+      const startedAt = performance.now();
+      this.#lastClaimAt = startedAt;
       const probed = this.#idle;
       let claimed: ClaimedDelivery[];
       try {
@@ -284,6 +302,11 @@ export class DeliveryDispatcher {
         if (this.#state === 'running') this.#log.warn({ err: dbError(e) }, 'claiming deliveries failed');
         return;
       }
+      const full = claimed.length >= limit;
+      this.#claimGapMs =
+        full || this.#o.database.kind !== 'pglite'
+          ? MIN_CLAIM_GAP_MS
+          : Math.max(MIN_CLAIM_GAP_MS, (performance.now() - startedAt) * (1 + CLAIM_PACING));
       this.#idle = claimed.length === 0;
       // Due rows exist (the probe said so) yet none could be claimed: they are blocked for now.
       this.#blockedUntil = this.#idle && probed ? now + BLOCKED_RECHECK_MS : 0;
@@ -296,7 +319,9 @@ export class DeliveryDispatcher {
         this.#ready.push(d);
       }
       this.#pump();
-      if (claimed.length < limit && !this.#claimAgain) return;
+      // A short claim took all that was claimable: the next one waits for its gap (wake() sees
+      // #claimAgain once this loop ends), however many attempts finished meanwhile.
+      if (!full) return;
     }
   }
 
