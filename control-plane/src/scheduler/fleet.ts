@@ -407,6 +407,7 @@ export class Fleet implements FleetHooks {
     if (this.#names.isRefused(hello.bootId)) return;
     const db = this.#ctx.database.db;
     const now = this.#ctx.now();
+    this.#names.seen(name, hello.bootId, this.#agents.get(name)?.hostname ?? '', now);
     this.#heard.delete(name);
     await touchAgent(db, name, now);
     this.#agents.delete(name);
@@ -467,6 +468,7 @@ export class Fleet implements FleetHooks {
     if (this.#names.isRefused(hb.bootId)) return;
     let agent = await this.#agent(name);
     if (!agent) return;
+    this.#names.seen(name, hb.bootId, agent.hostname, this.#ctx.now());
     if (!agent.online) {
       // Back from the silent sweep's offline: say so now (last_seen of online agents is batched).
       this.#heard.delete(name);

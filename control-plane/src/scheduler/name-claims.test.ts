@@ -28,6 +28,21 @@ describe('NameClaims', () => {
     expect(n.birth('other', 'x', 'host-3', 1_000)).toBeNull();
   });
 
+  it('keeps the name with a process connected for long when a second one takes it (QA)', () => {
+    const n = new NameClaims();
+    expect(n.birth('box', 'first', 'host-1', 0)).toBeNull();
+    // Connected ever since: only heartbeats, no births.
+    for (let t = 5_000; t <= 3 * NAME_CLAIM_WINDOW_MS; t += 5_000) n.seen('box', 'first', 'host-1', t);
+    const later = 3 * NAME_CLAIM_WINDOW_MS + 1_000;
+    expect(n.birth('box', 'second', 'host-2', later)).toBeNull();
+    // The broker's takeover makes the first one reconnect: the second one is refused, not the first.
+    expect(n.birth('box', 'first', 'host-1', later + 300)?.bootId).toBe('second');
+    expect(n.isRefused('first')).toBe(false);
+    // A refused process's heartbeats do not make it a holder again.
+    n.seen('box', 'second', 'host-2', later + 400);
+    expect(n.birth('box', 'first', 'host-1', later + 500)).toBeNull();
+  });
+
   it('forgets a process that took the name long ago', () => {
     const n = new NameClaims();
     n.birth('box', 'a', 'h', 0);

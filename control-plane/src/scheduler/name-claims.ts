@@ -55,6 +55,21 @@ export class NameClaims {
     return verdict;
   }
 
+  /**
+   * Process `bootId` is alive under `name` (a heartbeat or hello). Keeps its hold on the name fresh: a
+   * birth comes only with a connection, so an agent connected for longer than NAME_CLAIM_WINDOW_MS
+   * would otherwise be forgotten, and a second process taking the name then would be judged the first
+   * (the broker's takeover makes the long-connected one reconnect and send a newer birth).
+   */
+  seen(name: string, bootId: string, hostname: string, now: number): void {
+    if (this.#refused.has(bootId)) return;
+    const holders = this.#holders.get(name) ?? [];
+    const mine = holders.find((h) => h.bootId === bootId);
+    if (mine) mine.last = now;
+    else holders.push({ bootId, hostname, first: now, last: now });
+    this.#holders.set(name, holders);
+  }
+
   /** True for a process refused for sharing its name: what it sends is ignored. */
   isRefused(bootId: string): boolean {
     return this.#refused.has(bootId);
