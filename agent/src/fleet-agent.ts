@@ -40,6 +40,10 @@ import type { WatchSupervisor } from './watch/watch-supervisor.ts';
 const CLAIM_POLL_MS = 10_000;
 /** A claim request unanswered this long is given up (the next poll asks again). */
 const CLAIM_TIMEOUT_MS = 5_000;
+/** Unanswered claim requests whose send time is kept (answers to older ones are taken as on time). */
+const CLAIMS_REMEMBERED = 64;
+/** Tasks whose newest attempt started here is remembered, to drop a claim answer delivered twice. */
+const STARTED_MEMORY = 4_096;
 /**
  * How long a watchfolder file submission waits for the control plane's commit once its request is no
  * longer in the outbox (i.e. it could not be stored). While it is stored the session resends it until
@@ -114,6 +118,14 @@ export class FleetAgent {
   readonly #puts = new Set<Promise<unknown>>();
   /** `taskId:attempt` → seq of the run's last report, for runs that ended and await that report's ack. */
   readonly #lastSeq = new Map<string, number>();
+  /** Claim requests not yet answered → when they left (performance.now()), to spot answers that come too late. */
+  readonly #claimSentAt = new Map<string, number>();
+  /**
+   * Task id → the newest attempt started here (the last STARTED_MEMORY tasks): a claim answer delivered
+   * again after its run ended (MQTT is at-least-once: the answer comes back when our acknowledgement
+   * was lost with the connection) must not run that attempt a second time.
+   */
+  readonly #started = new Map<string, number>();
 
   readonly #onRefused: ((reason: string) => void) | undefined;
 
@@ -369,6 +381,9 @@ export class FleetAgent {
     this.#claimAgain = false;
     const requestId = randomUUID();
     this.#claimPending = requestId;
+    this.#claimSentAt.set(requestId, performance.now());
+    if (this.#claimSentAt.size > CLAIMS_REMEMBERED)
+      this.#claimSentAt.delete(this.#claimSentAt.keys().next().value!);
     if (this.#claimTimer) clearTimeout(this.#claimTimer);
     this.#claimTimer = setTimeout(() => this.#settleClaim(requestId), CLAIM_TIMEOUT_MS);
     this.#claimTimer.unref();
@@ -421,8 +436,14 @@ export class FleetAgent {
   #onInbox(m: InboxMessage): void {
     switch (m.type) {
       case 'claim.result': {
+        // An answer that arrives later than a lease lasts (this process was frozen, or the network held it)
+        // may be for tasks the control plane has already given to another agent: they are handed back
+        // unstarted (a fenced report if so; else the task is queued again at once), never run.
+        const sentAt = this.#claimSentAt.get(m.requestId);
+        this.#claimSentAt.delete(m.requestId);
+        const waitedMs = sentAt === undefined ? 0 : performance.now() - sentAt;
         // Runs start before the claim settles: drain and handBack, woken by it, then wait for them too.
-        for (const c of m.tasks) this.#startRun(c);
+        for (const c of m.tasks) this.#startRun(c, waitedMs > c.leaseTtlMs ? waitedMs : 0);
         this.#settleClaim(m.requestId);
         if (m.tasks.length > 0 || this.#claimAgain) this.#claim();
         return;
@@ -473,7 +494,8 @@ export class FleetAgent {
     }
   }
 
-  #startRun(claimed: ClaimedTask): void {
+  /** Start a claimed task; `lateMs` > 0: its claim was answered that late, so it is handed back unstarted. */
+  #startRun(claimed: ClaimedTask, lateMs = 0): void {
     const { task, attempt, leaseToken } = claimed;
     if (!this.#transcoder) return;
     const current = this.#runs.get(task.id);
@@ -482,10 +504,21 @@ export class FleetAgent {
       if (current.claimed.attempt >= attempt) return;
       // An older attempt that lost its lease and is still being stopped (its cancel came with this
       // answer): this one starts once it is gone, rather than never (the task would wait a lease).
-      const next = () => this.#startRun(claimed);
+      const next = () => this.#startRun(claimed, lateMs);
       current.done.then(next, next);
       return;
     }
+    const ran = this.#started.get(task.id);
+    if (ran !== undefined && ran >= attempt) {
+      this.#log.info(
+        { taskId: task.id, attempt },
+        'claim answer for an attempt that already ran here: ignored',
+      );
+      return;
+    }
+    this.#started.delete(task.id);
+    this.#started.set(task.id, attempt);
+    if (this.#started.size > STARTED_MEMORY) this.#started.delete(this.#started.keys().next().value!);
     const session = this.#session!;
     const run: Run = {
       claimed,
@@ -502,8 +535,13 @@ export class FleetAgent {
     // After a hand-back starts, the run's own (cancel) reports are dropped: the task goes back to the queue.
     const reporter = coalescingReporter(send, () => run.handingBack);
     this.#log.info({ taskId: task.id, attempt }, 'task claimed');
-    // Claimed as a forced stop began: it goes straight back to the queue, nothing is started.
-    if (this.#handingBack) this.#handBackRun(run);
+    if (lateMs > 0)
+      this.#log.warn(
+        { taskId: task.id, attempt, answeredAfterMs: Math.round(lateMs), leaseTtlMs: claimed.leaseTtlMs },
+        'claim answered after its lease could have run out: handed back unstarted',
+      );
+    // Claimed as a forced stop began, or answered too late: it goes straight back, nothing is started.
+    if (this.#handingBack || lateMs > 0) this.#handBackRun(run);
     run.done = runTask({
       claimed,
       transcoderPath: this.#transcoder.path,

@@ -54,6 +54,15 @@ export async function holdRelay(brokerUrl: string): Promise<HoldRelay> {
   });
   return {
     ...relay,
+    drop() {
+      // Whatever was held is lost with the connections, as on a broken network.
+      holding = false;
+      holdingUp = false;
+      armed = null;
+      releases.length = 0;
+      releasesUp.length = 0;
+      relay.drop();
+    },
     holdAfterNext(bytes) {
       return new Promise<void>((onHeld) => {
         armed = { bytes, onHeld };

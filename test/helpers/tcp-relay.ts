@@ -2,11 +2,12 @@
  * A TCP relay in front of a broker, for tests that need to interfere with what travels between a
  * client and the broker: each accepted client connection gets its own connection to the broker, and
  * `wire(client, broker)` decides what passes. Socket errors are swallowed (a test drops connections on
- * purpose); close() destroys every socket and stops listening.
+ * purpose); drop() destroys every connection and keeps listening (clients reconnect through it);
+ * close() destroys every socket and stops listening.
  */
 import { createConnection, createServer, type Socket } from 'node:net';
 
-export type TcpRelay = { url: string; close(): Promise<void> };
+export type TcpRelay = { url: string; drop(): void; close(): Promise<void> };
 
 export async function tcpRelay(
   broker: { host?: string; port: number },
@@ -28,6 +29,9 @@ export async function tcpRelay(
   const relayPort = typeof address === 'object' && address ? address.port : 0;
   return {
     url: `mqtt://127.0.0.1:${relayPort}`,
+    drop: () => {
+      for (const s of sockets) s.destroy();
+    },
     close: () =>
       new Promise<void>((resolve) => {
         for (const s of sockets) s.destroy();
