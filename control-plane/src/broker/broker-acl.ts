@@ -1,5 +1,11 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
-import { AGENT_ID_RE, type AgentTopicKind, agentTopic, TOPIC_ROOT } from '@ffleet/shared';
+import {
+  AGENT_ID_RE,
+  type AgentTopicKind,
+  agentTopic,
+  MQTT_MAX_PAYLOAD_BYTES,
+  TOPIC_ROOT,
+} from '@ffleet/shared';
 
 /** The topic kinds an agent may publish on under its own id. */
 export const AGENT_PUBLISH_KINDS: readonly AgentTopicKind[] = [
@@ -31,6 +37,27 @@ const AGENTS_PREFIX = agentTopic('', 'status').slice(0, -'/status'.length);
 export function mayAgentPublish(agentId: string, topic: string): boolean {
   const own = `${AGENTS_PREFIX}${agentId}/`;
   return topic.startsWith(own) && PUBLISH_KINDS.has(topic.slice(own.length)) && AGENT_ID_RE.test(agentId);
+}
+
+/** Why the broker refuses an agent's publish: not its topic, too large, retained outside its status. */
+export type PublishRefusal = 'topic' | 'too-large' | 'retained';
+export type AgentPublishVerdict = { ok: true } | { ok: false; reason: PublishRefusal };
+
+/**
+ * Check one publish of `agentId` (its Will included): its own topics only, a payload of at most
+ * {@link MQTT_MAX_PAYLOAD_BYTES}, and the retain flag on its own `status` only. PROTOCOL retains the
+ * birth alone; a broker keeps every retained message in memory for good, so a retained report or
+ * request would be a way to fill it (and would replay to every control plane that subscribes).
+ */
+export function checkAgentPublish(
+  agentId: string,
+  packet: { topic: string; payload: Buffer | string; retain: boolean },
+): AgentPublishVerdict {
+  if (!mayAgentPublish(agentId, packet.topic)) return { ok: false, reason: 'topic' };
+  if (Buffer.byteLength(packet.payload) > MQTT_MAX_PAYLOAD_BYTES) return { ok: false, reason: 'too-large' };
+  if (packet.retain && packet.topic !== agentTopic(agentId, 'status'))
+    return { ok: false, reason: 'retained' };
+  return { ok: true };
 }
 
 /**

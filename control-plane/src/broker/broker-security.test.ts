@@ -1,9 +1,17 @@
-import { agentTopic, WORK_TOPIC } from '@ffleet/shared';
+import { agentTopic, MQTT_MAX_PAYLOAD_BYTES, WORK_TOPIC } from '@ffleet/shared';
 import type { MqttClient } from 'mqtt';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { connectRaw, TEST_BROKER_KINDS, type TestBroker, waitFor } from './test-brokers.ts';
+import { MQTT_MAX_PACKET_BYTES } from './packet-size-cap.ts';
+import {
+  connectRaw,
+  connectSocket,
+  streamOversizedPublish,
+  TEST_BROKER_KINDS,
+  type TestBroker,
+  waitFor,
+} from './test-brokers.ts';
 
-describe.each(TEST_BROKER_KINDS)('broker security on $kind', ({ start }) => {
+describe.each(TEST_BROKER_KINDS)('broker security on $kind', ({ kind, start }) => {
   let broker: TestBroker;
   const clients: MqttClient[] = [];
 
@@ -113,4 +121,154 @@ describe.each(TEST_BROKER_KINDS)('broker security on $kind', ({ start }) => {
     await cp.publishAsync(WORK_TOPIC, '{}', { qos: 0 });
     await waitFor(() => got.includes(WORK_TOPIC), 'work hint');
   });
+
+  /**
+   * Publish as `agent` (QoS 1) and report what the broker did: `acked` (PUBACK) and `closed` (it hung
+   * up). A refusal is a disconnect without a PUBACK on both brokers.
+   */
+  async function publishAndSettle(
+    agent: MqttClient,
+    topic: string,
+    payload: Buffer | string,
+    retain: boolean,
+  ): Promise<{ acked: boolean; closed: boolean }> {
+    let closed = false;
+    const gone = new Promise<void>((r) => agent.once('close', () => r())).then(() => {
+      closed = true;
+    });
+    let acked = false;
+    const published = agent.publishAsync(topic, payload, { qos: 1, retain }).then(
+      () => {
+        acked = true;
+      },
+      () => {},
+    );
+    await Promise.race([published, gone]);
+    return { acked, closed };
+  }
+
+  /** The retained message a fresh control-plane client receives on `topic` (its size), once one arrives. */
+  async function retainedSize(topic: string): Promise<number> {
+    const fresh = await connectOk(broker.internalUser, broker.internalToken);
+    const sizes: number[] = [];
+    fresh.on('message', (t, payload, packet) => {
+      if (t === topic && packet.retain) sizes.push(payload.length);
+    });
+    await fresh.subscribeAsync(topic, { qos: 1 });
+    await waitFor(() => sizes.length > 0, `retained message on ${topic}`);
+    return sizes[0] ?? -1;
+  }
+
+  /**
+   * `name` publishes a small retained birth, then a retained birth of `bytes`: the large one must be
+   * refused (no PUBACK, connection closed), never delivered, and never replace the small one.
+   */
+  async function expectLargeBirthRefused(name: string, bytes: number): Promise<void> {
+    const observer = await connectOk(broker.internalUser, broker.internalToken);
+    const seen: number[] = [];
+    observer.on('message', (_topic, payload) => seen.push(payload.length));
+    await observer.subscribeAsync(`ffleet/v1/agents/${name}/#`, { qos: 1 });
+    const status = agentTopic(name, 'status');
+    const agent = await connectOk(name, broker.agentToken);
+    await agent.publishAsync(status, 'small birth', { qos: 1, retain: true });
+
+    const settled = await publishAndSettle(agent, status, Buffer.alloc(bytes, 'x'), true);
+    expect(settled).toEqual({ acked: false, closed: true });
+
+    const sentinel = await connectOk(name, broker.agentToken);
+    await sentinel.publishAsync(agentTopic(name, 'events'), 'sentinel', { qos: 1 });
+    await waitFor(() => seen.includes('sentinel'.length), 'sentinel');
+    expect(seen.filter((n) => n > MQTT_MAX_PAYLOAD_BYTES)).toEqual([]);
+    // What the broker keeps is still the small birth: a new subscriber gets that one. (One control-plane
+    // client at a time: Mosquitto makes the user name the client id, so a second one takes over.)
+    await observer.endAsync();
+    expect(await retainedSize(status)).toBe('small birth'.length);
+  }
+
+  it('refuses a publish larger than the packet cap: no PUBACK, disconnected, neither delivered nor retained', async () => {
+    await expectLargeBirthRefused('agent-7', MQTT_MAX_PACKET_BYTES + 1);
+  });
+
+  // Mosquitto caps whole packets only (max_packet_size): a few KiB of slack above the payload limit.
+  it.runIf(kind === 'aedes')(
+    'refuses a payload one byte over MQTT_MAX_PAYLOAD_BYTES in the same way',
+    async () => {
+      await expectLargeBirthRefused('agent-13', MQTT_MAX_PAYLOAD_BYTES + 1);
+    },
+  );
+
+  it('accepts a payload of exactly MQTT_MAX_PAYLOAD_BYTES', async () => {
+    const observer = await connectOk(broker.internalUser, broker.internalToken);
+    const sizes: number[] = [];
+    observer.on('message', (_topic, payload) => sizes.push(payload.length));
+    await observer.subscribeAsync(agentTopic('agent-8', 'events'), { qos: 1 });
+    const agent = await connectOk('agent-8', broker.agentToken);
+    await agent.publishAsync(agentTopic('agent-8', 'events'), Buffer.alloc(MQTT_MAX_PAYLOAD_BYTES, 'y'), {
+      qos: 1,
+    });
+    await waitFor(() => sizes.includes(MQTT_MAX_PAYLOAD_BYTES), 'largest allowed payload');
+  });
+
+  it('hangs up on a packet announced over the cap instead of buffering it', async () => {
+    const socket = await connectSocket(broker.port, 'agent-9', broker.agentToken);
+    // Without a cap the broker reads on: twice the cap goes out and the connection stays open.
+    const r = await streamOversizedPublish(
+      socket,
+      agentTopic('agent-9', 'events'),
+      2 * MQTT_MAX_PACKET_BYTES,
+    );
+    expect(r.closed).toBe(true);
+    expect(r.sent).toBeLessThan(2 * MQTT_MAX_PACKET_BYTES);
+    const agent = await connectOk('agent-9', broker.agentToken);
+    await agent.publishAsync(agentTopic('agent-9', 'events'), 'still served', { qos: 1 });
+  });
+
+  it('keeps an agent’s retained status, and a later one replaces it', async () => {
+    const status = agentTopic('agent-10', 'status');
+    const agent = await connectOk('agent-10', broker.agentToken);
+    await agent.publishAsync(status, 'first', { qos: 1, retain: true });
+    await agent.publishAsync(status, 'second birth', { qos: 1, retain: true });
+    expect(await retainedSize(status)).toBe('second birth'.length);
+  });
+
+  // Mosquitto's ACL cannot tell a retained publish from another (see docs/protocol.md).
+  it.runIf(kind === 'aedes')(
+    'refuses a retained publish anywhere but the agent’s own status: nothing is kept for a new subscriber',
+    async () => {
+      const status = agentTopic('agent-11', 'status');
+      const first = await connectOk('agent-11', broker.agentToken);
+      await first.publishAsync(status, 'birth', { qos: 1, retain: true });
+      for (const kindOfTopic of ['events', 'hello', 'heartbeat', 'requests'] as const) {
+        const agent = await connectOk('agent-11', broker.agentToken);
+        const settled = await publishAndSettle(agent, agentTopic('agent-11', kindOfTopic), 'kept?', true);
+        expect(settled).toEqual({ acked: false, closed: true });
+      }
+      // The broker's retained store, read the way a new subscriber's retained messages are.
+      const link = broker.localLink?.();
+      if (!link) throw new Error('aedes test broker without a local link');
+      const retained: string[] = [];
+      const unsubscribe = await link.subscribe(
+        ['ffleet/v1/agents/agent-11/+'],
+        (topic, payload, isRetained) => {
+          if (isRetained) retained.push(`${topic} ${payload.toString()}`);
+        },
+      );
+      await unsubscribe();
+      expect(retained).toEqual([`${status} birth`]);
+    },
+  );
+
+  it.runIf(kind === 'aedes')(
+    'lets the control plane’s own client publish beyond the agents’ limit',
+    async () => {
+      const spy = await connectOk('agent-12', broker.agentToken);
+      const sizes: number[] = [];
+      spy.on('message', (_topic, payload) => sizes.push(payload.length));
+      await spy.subscribeAsync(agentTopic('agent-12', 'inbox'), { qos: 1 });
+      const cp = await connectOk(broker.internalUser, broker.internalToken);
+      const big = MQTT_MAX_PACKET_BYTES + 1024;
+      await cp.publishAsync(agentTopic('agent-12', 'inbox'), Buffer.alloc(big, 'z'), { qos: 1 });
+      await waitFor(() => sizes.includes(big), 'large inbox message');
+    },
+  );
 });

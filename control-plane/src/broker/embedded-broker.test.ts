@@ -1,8 +1,10 @@
 import { createServer, type Server } from 'node:net';
+import { agentTopic, MQTT_MAX_PAYLOAD_BYTES } from '@ffleet/shared';
 import pino from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import { EmbeddedBroker } from './embedded-broker.ts';
-import { connectRaw } from './test-brokers.ts';
+import { MQTT_MAX_PACKET_BYTES } from './packet-size-cap.ts';
+import { captureLogger, connectRaw, connectSocket, streamOversizedPublish, waitFor } from './test-brokers.ts';
 
 const silent = pino({ level: 'silent' });
 const creds = {
@@ -14,8 +16,8 @@ const creds = {
 describe('EmbeddedBroker', () => {
   const brokers: EmbeddedBroker[] = [];
   const servers: Server[] = [];
-  const make = (port: number) => {
-    const b = new EmbeddedBroker({ port, host: '127.0.0.1', logger: silent, ...creds });
+  const make = (port: number, logger: pino.Logger = silent) => {
+    const b = new EmbeddedBroker({ port, host: '127.0.0.1', logger, ...creds });
     brokers.push(b);
     return b;
   };
@@ -96,5 +98,63 @@ describe('EmbeddedBroker', () => {
     });
     expect(c.ok).toBe(true);
     if (c.ok) await c.client.endAsync();
+  });
+
+  it('logs a refused oversized publish with the agent, topic and size, never the payload', async () => {
+    const { logger, records } = captureLogger('info');
+    const { port } = await make(0, logger).start();
+    const c = await connectRaw(`mqtt://127.0.0.1:${port}`, {
+      username: 'agent-1',
+      password: creds.agentToken,
+    });
+    if (!c.ok) throw new Error(c.error);
+    const closed = new Promise<void>((r) => c.client.once('close', () => r()));
+    const topic = agentTopic('agent-1', 'events');
+    const payload = Buffer.alloc(MQTT_MAX_PAYLOAD_BYTES + 1, 'secret-output ');
+    await Promise.race([c.client.publishAsync(topic, payload, { qos: 1 }), closed]);
+    await closed;
+    await c.client.endAsync(true);
+    expect(records).toContainEqual(
+      expect.objectContaining({
+        level: 40,
+        msg: 'publish refused: payload too large',
+        agent: 'agent-1',
+        topic,
+        bytes: MQTT_MAX_PAYLOAD_BYTES + 1,
+      }),
+    );
+    expect(JSON.stringify(records)).not.toContain('secret-output');
+  });
+
+  it('logs a retained publish outside the agent’s status as refused, naming agent and topic', async () => {
+    const { logger, records } = captureLogger('info');
+    const { port } = await make(0, logger).start();
+    const c = await connectRaw(`mqtt://127.0.0.1:${port}`, {
+      username: 'agent-2',
+      password: creds.agentToken,
+    });
+    if (!c.ok) throw new Error(c.error);
+    const closed = new Promise<void>((r) => c.client.once('close', () => r()));
+    const topic = agentTopic('agent-2', 'heartbeat');
+    await Promise.race([c.client.publishAsync(topic, '{}', { qos: 0, retain: true }), closed]);
+    await closed;
+    await c.client.endAsync(true);
+    expect(records).toContainEqual(
+      expect.objectContaining({ level: 40, agent: 'agent-2', topic, msg: expect.stringMatching(/retained/) }),
+    );
+  });
+
+  it('logs the client, topic and announced size of a packet it hangs up on', async () => {
+    const { logger, records } = captureLogger('info');
+    const { port } = await make(0, logger).start();
+    const socket = await connectSocket(port, 'agent-3', creds.agentToken);
+    const topic = agentTopic('agent-3', 'events');
+    const announced = MQTT_MAX_PACKET_BYTES + 1;
+    const r = await streamOversizedPublish(socket, topic, 2 * MQTT_MAX_PACKET_BYTES, announced);
+    expect(r.closed).toBe(true);
+    await waitFor(() => records.some((l) => l.msg === 'connection closed: MQTT packet too large'), 'warning');
+    expect(records).toContainEqual(
+      expect.objectContaining({ level: 40, client: 'agent-3', cmd: 'publish', topic, bytes: announced }),
+    );
   });
 });

@@ -1,8 +1,9 @@
 import { createServer, type Server, type Socket } from 'node:net';
-import { AGENT_ID_RE } from '@ffleet/shared';
+import { AGENT_ID_RE, MQTT_MAX_PAYLOAD_BYTES } from '@ffleet/shared';
 import { Aedes, type AedesPublishPacket, type AuthenticateError, type Client } from 'aedes';
 import type { Logger } from 'pino';
-import { equalSecrets, mayAgentPublish, mayAgentSubscribe } from './broker-acl.ts';
+import { checkAgentPublish, equalSecrets, mayAgentSubscribe, type PublishRefusal } from './broker-acl.ts';
+import { capPacketSize, MQTT_MAX_PACKET_BYTES } from './packet-size-cap.ts';
 
 export interface EmbeddedBrokerOptions {
   /** TCP port; 0 picks a free one (see the result of `start()`). */
@@ -43,8 +44,9 @@ const DRAIN_TIMEOUT_MS = 30_000;
 
 /**
  * The MQTT broker built into the control plane (aedes over a plain TCP server) for single-host
- * installs. Authenticates agents by name + shared token and confines each to its own topics; the
- * internal user (the control plane) may do anything. State is in memory: a restart drops sessions and
+ * installs. Authenticates agents by name + shared token and confines each to its own topics, to
+ * payloads of at most `MQTT_MAX_PAYLOAD_BYTES` and to retaining its `status` only; the internal user
+ * (the control plane) may do anything. State is in memory: a restart drops sessions and
  * retained births, which agents restore by republishing on reconnect.
  */
 export class EmbeddedBroker {
@@ -55,6 +57,8 @@ export class EmbeddedBroker {
   private readonly sockets = new Set<Socket>();
   /** Clients that authenticated as the internal user (by object, since their client id is free). */
   private internalClients = new WeakSet<Client>();
+  /** The packet size cap could not be installed, and that was logged (see capPacketSize). */
+  private warnedUncapped = false;
   /** Ends the local links handed out since the last start (see localLink). */
   private readonly closeLinks = new Set<() => void>();
 
@@ -72,9 +76,12 @@ export class EmbeddedBroker {
       this.authenticate(client, username, password, done);
     aedes.authorizePublish = (client, packet, done) => {
       // client is null only for a Will left by a client that already went away; it was checked then.
-      if (!client || this.internalClients.has(client) || mayAgentPublish(client.id, packet.topic))
-        return done(null);
-      this.logger.warn({ agent: client.id, topic: packet.topic }, 'publish refused by ACL');
+      if (!client || this.internalClients.has(client)) return done(null);
+      const verdict = checkAgentPublish(client.id, packet);
+      if (verdict.ok) return done(null);
+      this.logRefusedPublish(client.id, packet, verdict.reason);
+      // An error, not a silent drop: aedes sends no PUBACK and closes the connection (MQTT 3.1.1 has no
+      // refusal code), so the message is neither delivered nor retained, and the agent notices.
       done(new Error('publish not allowed'));
     };
     aedes.authorizeSubscribe = (client, sub, done) => {
@@ -96,7 +103,7 @@ export class EmbeddedBroker {
       socket.setNoDelay(true);
       this.sockets.add(socket);
       socket.once('close', () => this.sockets.delete(socket));
-      aedes.handle(socket);
+      this.capPacketSize(aedes.handle(socket), socket);
     });
     const { port, host } = this.opts;
     try {
@@ -169,6 +176,53 @@ export class EmbeddedBroker {
     this.sockets.clear();
     await closed;
     this.logger.info('embedded MQTT broker stopped');
+  }
+
+  /** Close the connection at the first packet over MQTT_MAX_PACKET_BYTES, unless it is the control plane's. */
+  private capPacketSize(client: Client, socket: Socket): void {
+    const capped = capPacketSize(client, {
+      maxBytes: MQTT_MAX_PACKET_BYTES,
+      exempt: () => this.internalClients.has(client),
+      onOversized: ({ cmd, bytes, topic }) => {
+        // client.id is null until the CONNECT has been read (so for an oversized CONNECT).
+        this.logger.warn(
+          { client: client.id, cmd, topic, bytes, limit: MQTT_MAX_PACKET_BYTES },
+          'connection closed: MQTT packet too large',
+        );
+        socket.destroy();
+      },
+    });
+    if (capped || this.warnedUncapped) return;
+    this.warnedUncapped = true;
+    this.logger.warn(
+      'this aedes offers no way to cap MQTT packet sizes: an oversized publish is refused only once received',
+    );
+  }
+
+  /** Name the agent, the topic and the size; never the payload (an agent's reports carry task output). */
+  private logRefusedPublish(
+    agent: string,
+    packet: { topic: string; payload: Buffer | string },
+    reason: PublishRefusal,
+  ): void {
+    const { topic } = packet;
+    switch (reason) {
+      case 'topic':
+        this.logger.warn({ agent, topic }, 'publish refused by ACL');
+        return;
+      case 'too-large':
+        this.logger.warn(
+          { agent, topic, bytes: Buffer.byteLength(packet.payload), limit: MQTT_MAX_PAYLOAD_BYTES },
+          'publish refused: payload too large',
+        );
+        return;
+      case 'retained':
+        this.logger.warn(
+          { agent, topic, bytes: Buffer.byteLength(packet.payload) },
+          'publish refused: only an agent’s status may be retained',
+        );
+        return;
+    }
   }
 
   private authenticate(

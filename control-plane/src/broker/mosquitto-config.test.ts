@@ -6,6 +6,7 @@ import { connectAsync } from 'mqtt';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { renderMosquittoAcl, renderMosquittoConf, writeMosquittoConfig } from './mosquitto-config.ts';
 import { isMosquittoAvailable, MosquittoProcess } from './mosquitto-process.ts';
+import { MQTT_MAX_PACKET_BYTES } from './packet-size-cap.ts';
 import { findFreePort } from './test-brokers.ts';
 
 const asRoot = process.getuid?.() === 0;
@@ -54,6 +55,19 @@ describe('renderMosquittoConf', () => {
     ]) {
       expect(conf.split('\n')).toContain(line);
     }
+  });
+
+  it('caps packets just above the largest payload, among the global options', () => {
+    const lines = renderMosquittoConf({
+      port: 18883,
+      host: '127.0.0.1',
+      passwordFile: 'p',
+      aclFile: 'a',
+      maxQueuedMessages: 1,
+    }).split('\n');
+    const packet = lines.indexOf(`max_packet_size ${MQTT_MAX_PACKET_BYTES}`);
+    expect(packet).toBeGreaterThan(-1);
+    expect(packet).toBeLessThan(lines.indexOf('listener 18883 127.0.0.1'));
   });
 
   it('turns persistence on with a location when given one', () => {

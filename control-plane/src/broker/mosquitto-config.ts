@@ -1,8 +1,9 @@
 import { execFile, spawn } from 'node:child_process';
 import { chown, mkdir, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
-import { AGENT_ID_RE, agentTopic, TOPIC_ROOT } from '@ffleet/shared';
+import { AGENT_ID_RE, agentTopic, MQTT_MAX_PAYLOAD_BYTES, TOPIC_ROOT } from '@ffleet/shared';
 import { AGENT_PUBLISH_KINDS } from './broker-acl.ts';
+import { MQTT_MAX_PACKET_BYTES } from './packet-size-cap.ts';
 
 export interface MosquittoUser {
   username: string;
@@ -39,6 +40,7 @@ export type WriteConfigResult =
   | { ok: false; error: string };
 
 const DEFAULT_MAX_QUEUED = 10_000;
+const MiB = 1024 * 1024;
 
 /** The ACL: agents confined to their own topics, the internal user free under the ffleet root. */
 export function renderMosquittoAcl(internalUser: string): string {
@@ -83,6 +85,11 @@ export function renderMosquittoConf(opts: {
     ...(opts.runAsUser ? [`user ${opts.runAsUser}`] : []),
     ...persistence,
     `max_queued_messages ${opts.maxQueuedMessages}`,
+    // Not message_size_limit: Mosquitto 2 recommends replacing it (a note at every start), and it
+    // acknowledges the messages it drops. Global, so it binds the control plane's client too.
+    `# ffleet payloads stay under ${MQTT_MAX_PAYLOAD_BYTES / MiB} MiB (MQTT_MAX_PAYLOAD_BYTES; an agent sends a few MB at the`,
+    '# very most). A client announcing a larger packet is disconnected before Mosquitto buffers it.',
+    `max_packet_size ${MQTT_MAX_PACKET_BYTES}`,
     '# MQTT packets are small: without this, Nagle + delayed ACK hold one back up to 40 ms.',
     'set_tcp_nodelay true',
     'log_dest stderr',
@@ -93,7 +100,10 @@ export function renderMosquittoConf(opts: {
     // Listener options must follow their `listener` line: before it they would configure Mosquitto's
     // implicit default listener on port 1883.
     `listener ${opts.port} ${opts.host}`,
-    '# An agent is its username: no client can pick another agent id and take over that session.',
+    '# The client id is the username, and the ACL confines each client to the topics of the name it',
+    '# logged in with. That name proves little: every agent presents the same token, a fleet-wide',
+    '# credential with which anyone can log in under any agent name in the password file (and take over',
+    "# that agent's session). Guard the agent token like a root credential for the fleet.",
     'use_username_as_clientid true',
     '',
     'allow_anonymous false',

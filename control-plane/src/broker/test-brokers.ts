@@ -2,8 +2,10 @@
  * Test support (not used in production): real brokers for transport tests, so each suite can run the
  * same scenarios against the embedded aedes broker and against a private Mosquitto.
  */
+
+import { once } from 'node:events';
 import { mkdtemp, rm } from 'node:fs/promises';
-import { createServer } from 'node:net';
+import { connect, createServer, type Socket } from 'node:net';
 import { tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
@@ -179,6 +181,82 @@ export async function connectRaw(
   } catch (err) {
     return { ok: false, code: (err as ErrorWithReasonCode).code, error: (err as Error).message };
   }
+}
+
+/**
+ * A bare TCP connection logged in as `username` (MQTT 3.1.1 CONNECT written by hand, CONNACK 0 awaited),
+ * for writing packets no MQTT client library would send.
+ */
+export async function connectSocket(port: number, username: string, password: string): Promise<Socket> {
+  const text = (s: string) => {
+    const b = Buffer.from(s);
+    return Buffer.concat([u16(b.length), b]);
+  };
+  // Protocol name and level 4, flags: user name + password + clean session; keep-alive 60 s.
+  const body = Buffer.concat([
+    text('MQTT'),
+    Buffer.from([4, 0xc2, 0, 60]),
+    text(username),
+    text(username),
+    text(password),
+  ]);
+  const socket = connect({ port, host: '127.0.0.1' });
+  socket.on('error', () => {}); // a refused write after the broker hung up is what tests look for
+  await once(socket, 'connect');
+  socket.write(Buffer.concat([Buffer.from([0x10]), remainingLength(body.length), body]));
+  const [connack] = (await once(socket, 'data')) as [Buffer];
+  if (connack[0] !== 0x20 || connack[3] !== 0) {
+    socket.destroy();
+    throw new Error(`CONNECT of ${username} refused: ${connack.toString('hex')}`);
+  }
+  return socket;
+}
+
+/**
+ * Write a QoS 0 PUBLISH on `topic` announcing `announced` bytes (the MQTT maximum unless given), then
+ * zeros, until the broker closes the connection or `sendAtMost` bytes are written. `closed` says whether
+ * it closed (waiting up to 5 s after the last write); `sent` counts what was written before.
+ */
+export async function streamOversizedPublish(
+  socket: Socket,
+  topic: string,
+  sendAtMost: number,
+  announced = 268_435_455,
+): Promise<{ closed: boolean; sent: number }> {
+  let closed = socket.destroyed;
+  const gone = new Promise<void>((resolve) => socket.once('close', () => resolve())).then(() => {
+    closed = true;
+  });
+  const name = Buffer.from(topic);
+  socket.write(Buffer.concat([Buffer.from([0x30]), remainingLength(announced), u16(name.length), name]));
+  const chunk = Buffer.alloc(1024 * 1024);
+  let sent = 0;
+  while (!closed && sent < sendAtMost) {
+    const more = socket.write(chunk);
+    sent += chunk.length;
+    if (!more) await Promise.race([once(socket, 'drain').catch(() => {}), gone]);
+  }
+  await Promise.race([gone, new Promise((r) => setTimeout(r, 5_000))]);
+  socket.destroy();
+  return { closed, sent };
+}
+
+function u16(n: number): Buffer {
+  const b = Buffer.alloc(2);
+  b.writeUInt16BE(n);
+  return b;
+}
+
+/** MQTT's variable byte integer. */
+function remainingLength(n: number): Buffer {
+  const bytes: number[] = [];
+  do {
+    let byte = n % 128;
+    n = Math.floor(n / 128);
+    if (n > 0) byte |= 0x80;
+    bytes.push(byte);
+  } while (n > 0);
+  return Buffer.from(bytes);
 }
 
 /** A valid online birth for `name` (an agent with ffmpeg and libx264, two slots). */

@@ -9,6 +9,15 @@ export const PROTOCOL_VERSION = 1;
  */
 export const AGENT_RECONNECT_MAX_MS = 10_000;
 
+/**
+ * The largest MQTT payload an agent may publish, in bytes (16 MiB). Brokers refuse a larger one (the
+ * embedded broker disconnects the agent; see `docs/protocol.md`), so its memory stays bounded. The
+ * largest message an agent sends on its own is a task report: a patch of task fields, which come from
+ * API bodies of at most `FFLEET_BODY_LIMIT` (1 MiB by default; a command travels raw and resolved), plus
+ * captured output of at most one 32 KiB batch and one 64 KiB line per step — a few MB at the very worst.
+ */
+export const MQTT_MAX_PAYLOAD_BYTES = 16 * 1024 * 1024;
+
 export type AgentTopicKind = 'status' | 'hello' | 'heartbeat' | 'requests' | 'events' | 'inbox';
 
 /** `ffleet/v1/agents/{agentId}/{kind}` */
