@@ -37,6 +37,20 @@ export type AppDeps = {
 const isLoopback = (a: string | undefined) =>
   !!a && (a === '::1' || a.startsWith('127.') || a.startsWith('::ffff:127.'));
 
+/**
+ * A Host header that names this machine's loopback: `localhost` (and `*.localhost`), `127.x.x.x`, `[::1]`,
+ * with any port; none at all (HTTP/1.0) too. Without API tokens only such requests are served: a web
+ * page can rebind its own domain name to 127.0.0.1 (DNS rebinding), and the browser then sends the API
+ * a loopback connection whose Host is that domain — that page must not get to create tasks that run
+ * scripts on this machine.
+ */
+export function isLoopbackHost(host: string | undefined): boolean {
+  if (host === undefined) return true;
+  const name = host.trim().toLowerCase().replace(/:\d*$/, '').replace(/\.$/, '');
+  if (name === '[::1]' || name === 'localhost' || name.endsWith('.localhost')) return true;
+  return /^127(\.(25[0-5]|2[0-4]\d|1?\d?\d)){3}$/.test(name);
+}
+
 function defaultRemote(c: Context): string | undefined {
   try {
     return getConnInfo(c).remote.address;
@@ -103,6 +117,12 @@ export function createApp(deps: AppDeps) {
     if (tokens.length === 0) {
       if (!isLoopback(remote(c))) {
         throw new UnauthorizedError('no API tokens are configured, so only loopback clients are served');
+      }
+      if (!isLoopbackHost(c.req.header('host'))) {
+        throw new UnauthorizedError(
+          'no API tokens are configured, so only requests addressed to localhost, 127.0.0.1 or [::1] are served ' +
+            '(set FFLEET_API_TOKENS to serve other host names)',
+        );
       }
       return next();
     }

@@ -275,6 +275,44 @@ describe('authentication', () => {
     }
   });
 
+  it('without API tokens: a loopback connection addressed to another host name gets 401 (DNS rebinding)', async () => {
+    const before = await countRows(t.db);
+    for (const host of [
+      'attacker.example.com',
+      'attacker.example.com:3000',
+      '10.0.0.5',
+      'localhost.evil.com',
+      '127.0.0.1.nip.io',
+    ]) {
+      await expectProblem(
+        await t.call('POST', '/api/v1/tasks', VALID.task(), { Host: host }),
+        401,
+        'UNAUTHORIZED',
+      );
+      await expectProblem(
+        await t.call('GET', '/api/v1/events', undefined, { Host: host }),
+        401,
+        'UNAUTHORIZED',
+      );
+    }
+    expect(await countRows(t.db)).toEqual(before);
+    // Health and the API reference stay public, as with any client.
+    expect((await t.call('GET', '/health', undefined, { Host: 'attacker.example.com' })).status).toBe(200);
+    for (const host of [
+      'localhost',
+      'localhost:3000',
+      'LOCALHOST.',
+      'box.localhost:8080',
+      '127.0.0.1',
+      '127.0.0.1:3000',
+      '127.1.2.3',
+      '[::1]',
+      '[::1]:3000',
+    ]) {
+      expect((await t.call('GET', '/api/v1/tasks', undefined, { Host: host })).status, host).toBe(200);
+    }
+  });
+
   it('serves a remote client that presents a valid token when tokens are configured', async () => {
     const remote = await createTestApp({ remote: '10.0.0.5', apiTokens: ['remote-token'] });
     try {

@@ -216,7 +216,7 @@ describe('GET /api/v1/events (server-sent events)', () => {
       new Promise<number>((done, fail) => server.getConnections((err, n) => (err ? fail(err) : done(n))));
     const socket = connect((server.address() as AddressInfo).port, '127.0.0.1');
     try {
-      socket.write('GET /api/v1/events HTTP/1.1\r\nHost: ffleet.test\r\n\r\n');
+      socket.write('GET /api/v1/events HTTP/1.1\r\nHost: localhost\r\n\r\n');
       // Not `for await … break`: leaving that loop destroys the socket.
       await new Promise<void>((ready) => {
         let head = '';
