@@ -27,6 +27,7 @@ import {
   resolveTranscoder,
   runTask,
 } from './runner/index.ts';
+import { protectedDirs } from './runner/protected-paths.ts';
 import { AgentSession, type BirthInfo } from './session/agent-session.ts';
 import type { SubmitResult, WatchFile, WatchState } from './watch/watch-scanner.ts';
 import type { WatchSupervisor } from './watch/watch-supervisor.ts';
@@ -128,10 +129,13 @@ export class FleetAgent {
   readonly #started = new Map<string, number>();
 
   readonly #onRefused: ((reason: string) => void) | undefined;
+  /** Where no task may write (its data dir: outbox, lock; in the all-in-one the database and token too). */
+  readonly #protectedDirs: readonly string[];
 
   constructor(opts: FleetAgentOptions) {
     this.#cfg = opts.config;
     this.#onRefused = opts.onRefused;
+    this.#protectedDirs = protectedDirs([opts.config.dataDir]);
     this.#version = opts.version;
     this.#base = opts.logger.child({ agent: opts.config.name });
     this.#log = this.#base.child({ component: 'agent' });
@@ -549,6 +553,7 @@ export class FleetAgent {
       signal: run.abort.signal,
       logger: this.#base,
       scriptDirs: this.#cfg.scriptDirs,
+      protectedDirs: this.#protectedDirs,
       env: { ...this.#cfg.env, [RUN_MARK_VAR]: runMark(this.#cfg.name, this.#bootId) },
     })
       .then(() => {

@@ -1,6 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import type { ProcessingStep, Task, TaskPatch } from '@ffleet/shared';
 import { formatCommandLine, resolveWildcards, tokenize, type WildcardContext } from '@ffleet/shared';
+import { protectedDirOf, protectedPathError } from './protected-paths.ts';
 import type { RunLogs } from './run-logs.ts';
 import { runProcess } from './run-process.ts';
 import { allowScript } from './script-allow-list.ts';
@@ -27,6 +28,8 @@ export interface ScriptStepInput {
   logs: RunLogs;
   /** Directories scripts must live in (FFLEET_AGENT_SCRIPT_DIRS); empty: any script may run. */
   scriptDirs: readonly string[];
+  /** No sidecar may be written into these (see protected-paths.ts). */
+  protectedDirs: readonly string[];
 }
 
 const LABEL: Record<Phase, string> = { pre: 'pre-processing', post: 'post-processing' };
@@ -78,6 +81,12 @@ export async function runScriptStep(input: ScriptStepInput): Promise<StepOutcome
   if (input.signal.aborted) return finish({ kind: 'canceled' });
 
   let written: Task | undefined;
+  const guarded = protectedDirOf(sidecarFile, input.protectedDirs);
+  if (guarded)
+    return finish({
+      kind: 'failed',
+      error: `${label}: ${protectedPathError('sidecar', sidecarFile, guarded)}`,
+    });
   if (sidecarFile !== '') {
     written = phase === 'pre' ? buildPreSidecar(state.task) : buildPostSidecar(state.task);
     const result = await writeSidecar(sidecarFile, written);

@@ -1,9 +1,10 @@
 // biome-ignore-all lint/suspicious/noTemplateCurlyInString: ${NAME} wildcards are literal text here, not template placeholders.
-import { copyFileSync, existsSync, mkdirSync, readFileSync } from 'node:fs';
-import { archName, osName, tokenize } from '@ffleet/shared';
+import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { archName, osName, type Task, tokenize } from '@ffleet/shared';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FFMPEG, RunFixture } from './fixtures/run-fixture.ts';
 import { makeStep } from './fixtures/sample-task.ts';
+import { protectedDirs } from './protected-paths.ts';
 
 let fx: RunFixture;
 beforeAll(() => {
@@ -389,6 +390,47 @@ describe('runTask: failures', () => {
     expect(result.status).toBe('DONE_ERROR');
     expect(result.error).toContain(message);
     expect(reporter.statuses()).toEqual(['DONE_ERROR']);
+  });
+
+  it("refuses an output or sidecar path inside the agent's data directory, writing nothing there", async () => {
+    // An API client must not overwrite ffleet's own state (security QA: a sidecar replaced the agent token).
+    const data = fx.file('agent-data');
+    mkdirSync(data, { recursive: true });
+    writeFileSync(`${data}/agent-token`, 'secret-token');
+    const guarded = { protectedDirs: protectedDirs([data]) };
+    const pre = recordingScript('guarded-pre');
+    const cases: Array<[Partial<Task>, RegExp]> = [
+      [
+        { outputFile: { raw: `${data}/agent-token`, resolved: '' } },
+        /^output file .*agent-data\/agent-token is inside the agent's data directory .*\(FFLEET_DATA_DIR\)/,
+      ],
+      [{ outputFile: { raw: `${data}/x/../pglite/out.mp4`, resolved: '' } }, /^output file /],
+      [
+        { preProcessing: makeStep(pre, `${fx.dir}/../${fx.dir.split('/').pop()}/agent-data/agent-token`) },
+        /^pre-processing: sidecar /,
+      ],
+      [
+        { postProcessing: makeStep('', `${data}/journal.log`) },
+        /^post-processing: sidecar .*journal\.log is inside/,
+      ],
+    ];
+    for (const [overrides, error] of cases) {
+      const { result } = await fx.run(
+        { outputFile: { raw: fx.file('guarded/out.mp4'), resolved: '' }, ...overrides },
+        guarded,
+      );
+      expect(result.status).toBe('DONE_ERROR');
+      expect(result.error).toMatch(error);
+    }
+    expect(readFileSync(`${data}/agent-token`, 'utf8')).toBe('secret-token');
+    expect(readdirSync(data)).toEqual(['agent-token']);
+    expect(existsSync(fx.file('guarded-pre'))).toBe(false);
+    // Next to it is fine.
+    const ok = await fx.run(
+      { outputFile: { raw: fx.file('agent-data-sibling/out.mp4'), resolved: '' } },
+      guarded,
+    );
+    expect(ok.result.status).toBe('DONE_SUCCESSFUL');
   });
 
   it('fails when the output directory cannot be created', async () => {

@@ -11,6 +11,7 @@ import {
 import type { Logger } from 'pino';
 import { withoutCredentials } from './child-env.ts';
 import { ProgressThrottle } from './progress-throttle.ts';
+import { protectedDirOf, protectedPathError } from './protected-paths.ts';
 import { createRunLogs, flushRunLogs, type RunLogs } from './run-logs.ts';
 import { DEFAULT_KILL_GRACE_MS } from './run-process.ts';
 import { isStepDefined, runScriptStep, type ScriptStepInput } from './run-script-step.ts';
@@ -38,6 +39,8 @@ export interface RunTaskOptions {
   env?: NodeJS.ProcessEnv;
   /** Directories pre/post-processing scripts must live in; default (empty): any. */
   scriptDirs?: readonly string[];
+  /** Directories no output or sidecar may be written into (see protected-paths.ts); default none. */
+  protectedDirs?: readonly string[];
 }
 
 /**
@@ -144,6 +147,7 @@ async function runStages(
     now,
     logs,
     scriptDirs: options.scriptDirs ?? [],
+    protectedDirs: options.protectedDirs ?? [],
   });
 
   if (isStepDefined(state.task.preProcessing)) {
@@ -161,6 +165,8 @@ async function runStages(
   const paths = resolvePaths(ctx, state);
   const chain = resolveChain(state.task.command.raw, ctx, paths, transcoderPath);
   if (!chain.ok) return { kind: 'failed', error: chain.error };
+  const guarded = protectedDirOf(paths.outputFile, options.protectedDirs ?? []);
+  if (guarded) return { kind: 'failed', error: protectedPathError('output file', paths.outputFile, guarded) };
   if (paths.outputFile !== '') {
     const dir = path.dirname(paths.outputFile);
     try {
