@@ -266,9 +266,7 @@ describe('GET /api/v1/events resumption (Last-Event-ID), on the app', () => {
     for (let i = 0; i < 16; i++) publish(payload('task.updated', blob));
     const socket = connect(server.port, '127.0.0.1');
     try {
-      socket.write(
-        `GET /api/v1/events HTTP/1.1\r\nHost: localhost\r\nLast-Event-ID: ${anchor!.id}\r\n\r\n`,
-      );
+      socket.write(`GET /api/v1/events HTTP/1.1\r\nHost: localhost\r\nLast-Event-ID: ${anchor!.id}\r\n\r\n`);
       // Not `for await … break`: leaving that loop destroys the socket.
       const head = await new Promise<string>((ready) => {
         let head = '';
