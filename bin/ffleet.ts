@@ -39,6 +39,28 @@ const localAgentEnv = (env: NodeJS.ProcessEnv, mqttUrl: string, token: string, d
   FFLEET_DATA_DIR: dataDir,
 });
 
+/**
+ * WASI's numbers (errno) for what PGlite's file system throws without a message, e.g. when the disk is
+ * full while the embedded database is created (it printed `ffleet: undefined`).
+ */
+const WASI_ERRNO: Record<number, string> = {
+  2: 'EACCES (permission denied)',
+  29: 'EIO (input/output error)',
+  44: 'ENOENT (no such file or directory)',
+  51: 'ENOSPC (no space left on device)',
+  63: 'EPERM (operation not permitted)',
+  69: 'EROFS (read-only file system)',
+};
+
+/** A start failure in one line, also for errors without a message (PGlite's file system errors). */
+function describeStartError(err: unknown): string {
+  if (err instanceof Error && err.message) return err.message;
+  const errno = (err as { errno?: unknown } | null)?.errno;
+  if (typeof errno === 'number')
+    return `the embedded database's file system failed: ${WASI_ERRNO[errno] ?? `errno ${errno}`}`;
+  return String(err);
+}
+
 async function runControlPlane(withLocalAgent: boolean): Promise<void> {
   const env = { ...process.env };
   if (withLocalAgent && env.FFLEET_LOCAL_AGENT === undefined) env.FFLEET_LOCAL_AGENT = '1';
@@ -73,10 +95,13 @@ async function runControlPlane(withLocalAgent: boolean): Promise<void> {
     const { startControlPlane } = await loadControlPlane();
     cp = await startControlPlane(config, logger);
   } catch (err) {
-    logger.fatal({ err: (err as Error).message }, 'control plane failed to start');
-    process.stderr.write(`ffleet: ${(err as Error).message}\n`);
-    // Its data dir in use by another process (a LockedError): a configuration error, as for the agent.
-    process.exit((err as { code?: unknown } | null)?.code === 'ELOCKED' ? EXIT_CONFIG : 1);
+    const why = describeStartError(err);
+    logger.fatal({ err: why }, 'control plane failed to start');
+    process.stderr.write(`ffleet: ${why}\n`);
+    // Its data dir in use by another process (a LockedError), or a database a newer ffleet migrated:
+    // configuration errors, as for the agent (systemd does not restart on them).
+    const code = (err as { code?: unknown } | null)?.code;
+    process.exit(code === 'ELOCKED' || code === 'ENEWERDB' ? EXIT_CONFIG : 1);
   }
   let agent: FleetAgent | null = null;
   if (config.localAgent) {

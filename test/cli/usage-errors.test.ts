@@ -3,7 +3,9 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { sql } from 'drizzle-orm';
 import { afterAll, describe, expect, it } from 'vitest';
+import { openDatabase } from '../../control-plane/src/db/client.ts';
 import { OWN_VARS, REPO_ROOT } from '../fleet/support/processes.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'ffleet-usage-'));
@@ -31,6 +33,20 @@ describe('ffleet usage and configuration errors', () => {
       expect(ffleet([...args]), args.join(' ')).toMatchObject({ code: 2, stderr: line });
     }
     expect(ffleet(['--version'])).toMatchObject({ code: 0 });
+  }, 120_000);
+
+  it('a database a newer ffleet migrated: one line naming it, exit code 2 (systemd does not restart)', async () => {
+    const dataDir = join(dir, 'newer');
+    const database = await openDatabase({ kind: 'pglite', dataDir: join(dataDir, 'pglite') });
+    await database.db.execute(
+      sql`INSERT INTO drizzle.__drizzle_migrations (hash, created_at) VALUES ('from-the-future', 4102444800000)`,
+    );
+    await database.close();
+    const r = ffleet(['control-plane'], { FFLEET_DATA_DIR: dataDir, PORT: '0', MQTT_PORT: '0' });
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(
+      /^ffleet: this database was migrated by a newer ffleet \(migration at 2100-01-01T00:00:00\.000Z is unknown to /,
+    );
   }, 120_000);
 
   it("`ffleet start` names every invalid variable, the local agent's too, before starting anything", () => {

@@ -7,13 +7,15 @@ import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { PGlite } from '@electric-sql/pglite';
 import { makeDirectory } from '@ffleet/shared';
-import type { SQL } from 'drizzle-orm';
+import { type SQL, sql } from 'drizzle-orm';
+import { readMigrationFiles } from 'drizzle-orm/migrator';
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
 import { drizzle as drizzlePglite } from 'drizzle-orm/pglite';
 import { migrate as migratePglite } from 'drizzle-orm/pglite/migrator';
 import { drizzle as drizzlePostgres } from 'drizzle-orm/postgres-js';
 import { migrate as migratePostgres } from 'drizzle-orm/postgres-js/migrator';
 import postgres from 'postgres';
+import { VERSION } from '../version.ts';
 import { PgliteClient } from './pglite-client.ts';
 import * as schema from './schema.ts';
 
@@ -220,7 +222,42 @@ function installDurableFsync(pg: PGlite, onError: (err: Error) => void): void {
   };
 }
 
-/** Open the database and apply the committed migrations. */
+/** The database holds migrations this build does not ship: a newer ffleet wrote it. */
+export class NewerDatabaseError extends Error {
+  readonly code = 'ENEWERDB';
+}
+
+/**
+ * Refuse a database a newer ffleet has migrated. drizzle's migrator records each applied migration
+ * with its journal time (`created_at`, the journal's `when`) and applies only the migrations newer than
+ * the newest recorded one, so on such a database it would apply nothing and say nothing, and this build
+ * would then read and write tables whose shape or meaning it does not know.
+ */
+async function refuseNewerDatabase(db: Db): Promise<void> {
+  const [table] = await rowsOf<{ present: boolean }>(
+    db,
+    sql`SELECT to_regclass('drizzle.__drizzle_migrations') IS NOT NULL AS present`,
+  );
+  if (!table?.present) return;
+  const shipped = readMigrationFiles({ migrationsFolder: MIGRATIONS_DIR });
+  const newest = Math.max(...shipped.map((m) => m.folderMillis));
+  const [unknown] = await rowsOf<{ n: number; last: number | null }>(
+    db,
+    sql`SELECT count(*)::int AS n, max(created_at)::float8 AS last
+      FROM drizzle.__drizzle_migrations WHERE created_at > ${newest}`,
+  );
+  if (!unknown?.n || unknown.last === null) return;
+  const at = new Date(Number(unknown.last)).toISOString();
+  const what = unknown.n === 1 ? `migration at ${at} is` : `${unknown.n} migrations, the last at ${at}, are`;
+  throw new NewerDatabaseError(
+    `this database was migrated by a newer ffleet (${what} unknown to ${VERSION}); run that version or newer, or restore a backup`,
+  );
+}
+
+/**
+ * Open the database and apply the committed migrations; rejects with a {@link NewerDatabaseError}
+ * (the database left untouched) when a newer ffleet has migrated it.
+ */
 export async function openDatabase(opts: OpenOptions): Promise<Database> {
   if (opts.kind === 'postgres') {
     const client = postgres(opts.url, {
@@ -233,7 +270,14 @@ export async function openDatabase(opts: OpenOptions): Promise<Database> {
     const db = drizzlePostgres(opts.prepare === false ? client : preparing(client, admit), {
       schema,
     }) as unknown as Db;
-    await migratePostgres(drizzlePostgres(client), { migrationsFolder: MIGRATIONS_DIR });
+    const migrator = drizzlePostgres(client);
+    try {
+      await refuseNewerDatabase(migrator as unknown as Db);
+      await migratePostgres(migrator, { migrationsFolder: MIGRATIONS_DIR });
+    } catch (err) {
+      await client.end({ timeout: 5 }).catch(() => {});
+      throw err;
+    }
     return {
       db,
       kind: 'postgres',
@@ -267,7 +311,14 @@ export async function openDatabase(opts: OpenOptions): Promise<Database> {
     installDurableFsync(pg, (err) =>
       console.error(`ffleet: fsync of the embedded database failed: ${err.message}`),
     );
-  await migratePglite(drizzlePglite(pg), { migrationsFolder: MIGRATIONS_DIR });
+  const migrator = drizzlePglite(pg);
+  try {
+    await refuseNewerDatabase(migrator as unknown as Db);
+    await migratePglite(migrator, { migrationsFolder: MIGRATIONS_DIR });
+  } catch (err) {
+    await pg.close().catch(() => {});
+    throw err;
+  }
   // Named statements over PGlite's wire protocol (pglite-client.ts); migrations above use PGlite itself.
   const db = drizzlePglite(new PgliteClient(pg) as unknown as PGlite, { schema }) as unknown as Db;
   if (fresh) collectGarbage();
