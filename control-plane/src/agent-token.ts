@@ -14,8 +14,15 @@ export async function loadAgentToken(
   if (configured) return { token: configured, generated: false };
   const file = agentTokenPath(dataDir);
   if (existsSync(file)) {
-    const t = readFileSync(file, 'utf8').trim();
-    if (t.length >= 8) return { token: t, generated: false };
+    let kept: string;
+    try {
+      kept = readFileSync(file, 'utf8').trim();
+    } catch (err) {
+      throw new Error(`cannot read the agent token file ${file}: ${(err as Error).message}`);
+    }
+    // Whatever an operator put there is the token (any length, as FFLEET_AGENT_TOKEN): replacing it
+    // would lock out every agent configured with it. Only an empty file gets a generated one.
+    if (kept !== '') return { token: kept, generated: false };
   }
   await makeDirectory(dataDir);
   const token = randomBytes(24).toString('base64url');

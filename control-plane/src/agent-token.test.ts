@@ -1,0 +1,44 @@
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { agentTokenPath, loadAgentToken } from './agent-token.ts';
+
+const root = mkdtempSync(join(tmpdir(), 'ffleet-agent-token-'));
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+let n = 0;
+const dataDir = () => join(root, `d${n++}`);
+
+describe('loadAgentToken', () => {
+  it('generates a token once, keeps it 0600, and reads it back on the next start', async () => {
+    const dir = dataDir();
+    const first = await loadAgentToken(dir, undefined);
+    expect(first.generated).toBe(true);
+    expect(first.token.length).toBeGreaterThanOrEqual(32);
+    expect(statSync(agentTokenPath(dir)).mode & 0o777).toBe(0o600);
+    expect(await loadAgentToken(dir, undefined)).toEqual({ token: first.token, generated: false });
+    // FFLEET_AGENT_TOKEN wins and leaves the file alone.
+    expect(await loadAgentToken(dir, 'configured')).toEqual({ token: 'configured', generated: false });
+    expect(readFileSync(agentTokenPath(dir), 'utf8').trim()).toBe(first.token);
+  });
+
+  it("keeps an operator's short token instead of replacing it (upgrade QA: agents were locked out)", async () => {
+    const dir = dataDir();
+    mkdirSync(dir);
+    writeFileSync(agentTokenPath(dir), 'abc\n');
+    expect(await loadAgentToken(dir, undefined)).toEqual({ token: 'abc', generated: false });
+    expect(readFileSync(agentTokenPath(dir), 'utf8')).toBe('abc\n');
+  });
+
+  it('replaces only an empty file, and names the file it cannot read', async () => {
+    const empty = dataDir();
+    mkdirSync(empty);
+    writeFileSync(agentTokenPath(empty), ' \n');
+    expect((await loadAgentToken(empty, undefined)).generated).toBe(true);
+    const dir = dataDir();
+    mkdirSync(agentTokenPath(dir), { recursive: true });
+    await expect(loadAgentToken(dir, undefined)).rejects.toThrow(
+      `cannot read the agent token file ${agentTokenPath(dir)}: EISDIR`,
+    );
+  });
+});
