@@ -433,6 +433,22 @@ describe('runTask: failures', () => {
     expect(ok.result.status).toBe('DONE_SUCCESSFUL');
   });
 
+  it("fails an input or output path that starts with '-' instead of passing the transcoder an option", async () => {
+    for (const [overrides, error] of [
+      [{ outputFile: { raw: '-version', resolved: '' } }, /^output file "-version" starts with '-'/],
+      [
+        { metadata: { o: '-f' }, outputFile: { raw: '${METADATA_o}', resolved: '' } },
+        /^output file "-f" starts/,
+      ],
+      [{ inputFile: { raw: '-i', resolved: '' } }, /^input file "-i" starts with '-'.*\.\/-i/],
+    ] as const) {
+      const { result, reporter } = await fx.run(overrides);
+      expect(result.status).toBe('DONE_ERROR');
+      expect(result.error).toMatch(error);
+      expect(reporter.text('agent')).not.toContain('transcoder: $');
+    }
+  });
+
   it('fails when the output directory cannot be created', async () => {
     const { result } = await fx.run({ outputFile: { raw: `${fx.clip}/sub/out.mp4`, resolved: '' } });
     expect(result.status).toBe('DONE_ERROR');

@@ -165,6 +165,18 @@ async function runStages(
   const paths = resolvePaths(ctx, state);
   const chain = resolveChain(state.task.command.raw, ctx, paths, transcoderPath);
   if (!chain.ok) return { kind: 'failed', error: chain.error };
+  for (const [what, file] of [
+    ['input file', paths.inputFile],
+    ['output file', paths.outputFile],
+  ] as const) {
+    // Each value stays one argument, but ffmpeg reads one that starts with '-' as an option (an output
+    // of "-version" ran `ffmpeg … -version` and "succeeded" without writing anything).
+    if (file.startsWith('-'))
+      return {
+        kind: 'failed',
+        error: `${what} "${file}" starts with '-', which the transcoder would read as an option; name it ./${file} for a file in the working directory`,
+      };
+  }
   const guarded = protectedDirOf(paths.outputFile, options.protectedDirs ?? []);
   if (guarded) return { kind: 'failed', error: protectedPathError('output file', paths.outputFile, guarded) };
   if (paths.outputFile !== '') {
