@@ -261,9 +261,12 @@ describe('Outbox', () => {
     await second.ack('k0');
     await second.stop();
     // Garbage after the last record (a complete-looking line and a partial one).
-    await appendFile(join(dir, 'journal.log'), '0badf00d {"put":99,"key":"evil"}\n{"put":100,"ke');
+    const garbage = '0badf00d {"put":99,"key":"evil"}\n{"put":100,"ke';
+    await appendFile(join(dir, 'journal.log'), garbage);
     const third = await openOutbox(logger);
     expect(third.list().map((e) => e.key)).toEqual(['k1', 'k2', 'k4']);
+    // What was dropped is kept for a human, after the first torn tail's bytes.
+    expect((await readFile(join(dir, 'journal.corrupt'), 'utf8')).endsWith(garbage)).toBe(true);
     await third.put('k5', 'x', 'payload 5');
     await third.stop();
     const fourth = await openOutbox();

@@ -579,7 +579,13 @@ export class Outbox {
       );
     }
     if (goodEnd < buf.length) {
-      this.logger.warn({ offset: goodEnd, bytes: buf.length - goodEnd }, 'outbox journal torn tail dropped');
+      this.logger.warn(
+        { offset: goodEnd, bytes: buf.length - goodEnd, keptIn: CORRUPT },
+        'outbox journal torn tail dropped',
+      );
+      // Usually half a write that never returned; but a journal that is garbage from its first byte is all
+      // "tail" too, and must not vanish without a copy (upgrade QA).
+      await appendFile(join(this.dir, CORRUPT), buf.subarray(goodEnd), { mode: 0o600 }).catch(() => {});
     }
     const clean = header && bad.length === 0 && records === this.entries.size + 1;
     return { exists: true, clean, size: buf.length, goodEnd, seenOrders };
