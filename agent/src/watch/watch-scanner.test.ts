@@ -42,8 +42,9 @@ describe('WatchScanner growth checks', () => {
     h.start();
     await h.scans(4);
     // Reports come at the end of a scan, so single gaps jitter with scan duration; three together cannot
-    // be shorter than three intervals minus one scan's duration.
-    expect(h.states[3]!.at - h.states[0]!.at).toBeGreaterThanOrEqual(3 * 2 * UNIT_MS - 50);
+    // be shorter than three intervals minus one scan's duration, which on a loaded machine exceeded 50 ms
+    // (544 ms measured for 600): two intervals are the bound, still above any scan at the wrong interval.
+    expect(h.states[3]!.at - h.states[0]!.at).toBeGreaterThanOrEqual(2 * 2 * UNIT_MS);
     expect(h.states[0]).toEqual({ watchfolderId: 'wf-1', lastCheck: 1234, error: '', at: h.states[0]!.at });
   });
 });
