@@ -14,6 +14,7 @@ import { ControlPlaneClient } from './broker/control-plane-client.ts';
 import { EmbeddedBroker, type LocalBrokerLink } from './broker/embedded-broker.ts';
 import type { ControlPlaneConfig } from './config/config.ts';
 import { type Database, openDatabase } from './db/client.ts';
+import { PgliteCheckpointer } from './db/pglite-checkpointer.ts';
 import { agents } from './db/schema.ts';
 import { EventBus } from './events/event-bus.ts';
 import { RetentionSweeper } from './events/retention.ts';
@@ -196,6 +197,10 @@ export async function startControlPlane(
     const retention = new RetentionSweeper({ database, logger });
     retention.start();
     stops.push(() => retention.stop());
+    // PGlite has no checkpointer process: without this its WAL grows until restart (a no-op on PostgreSQL).
+    const checkpointer = new PgliteCheckpointer({ database, logger });
+    checkpointer.start();
+    stops.push(() => checkpointer.stop());
     // Deliveries written by another replica are found by the dispatcher's own poll.
     const unsubscribe = bus.onDeliveries(() => dispatcher.wake());
     stops.push(async () => unsubscribe());
