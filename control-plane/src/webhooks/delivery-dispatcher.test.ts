@@ -1,6 +1,6 @@
 import { createHmac, randomUUID } from 'node:crypto';
 import { createServer } from 'node:net';
-import { sql } from 'drizzle-orm';
+import { type SQL, StringChunk, sql } from 'drizzle-orm';
 import { afterEach, describe, expect, it } from 'vitest';
 import { openTestDatabase, type TestDatabase } from '../../../test/helpers/db.ts';
 import {
@@ -247,11 +247,13 @@ describe.each(dbKinds)('DeliveryDispatcher on %s', (kind) => {
     cleanups.push(() => db.drop());
     const receiver = await TestReceiver.start();
     cleanups.push(() => receiver.close());
-    let statements = 0;
+    let claims = 0;
+    const textOf = (query: SQL) =>
+      query.queryChunks.map((c) => (c instanceof StringChunk ? c.value.join('') : '')).join('');
     const counting = Object.create(db, {
       rows: {
         value: (...args: Parameters<typeof db.rows>) => {
-          statements++;
+          if (textOf(args[1]).includes('superseded AS')) claims++;
           return db.rows(...args);
         },
       },
@@ -266,7 +268,10 @@ describe.each(dbKinds)('DeliveryDispatcher on %s', (kind) => {
     await waitUntil(async () => (await listDeliveries(db)).every((d) => d.state === 'delivered'), 15_000);
     await dispatcher.stop();
     expect(new Set(receiver.received.map((r) => r.headers['webhook-id'])).size).toBe(count);
-    expect(statements).toBeLessThan(count / 4);
+    // On PGlite, before: a claim after nearly every finished attempt (154 claims, 819 statements in all);
+    // now one per refill of half the URL's claimed-ahead rows (8–18). How many attempts share a recording
+    // statement depends on how long a write takes on the machine, so only the claims are bounded here.
+    expect(claims).toBeLessThan(count / 10);
   });
 
   it('stop() gives back an attempt cut short so the next dispatcher sends it at once', async () => {
