@@ -20,6 +20,7 @@ import { ControlPlaneClient } from '../../../control-plane/src/broker/control-pl
 import {
   captureLogger,
   connectRaw,
+  qos1PublishPacket,
   TEST_BROKER_KINDS,
   type TestBroker,
   waitFor,
@@ -522,7 +523,7 @@ async function lateMessageRelay(
       agentSide.on('end', () => {
         agentEnded = true;
         brokerSide.end();
-        agentSide.write(qos1Publish(topic, payload, 4242));
+        agentSide.write(qos1PublishPacket(topic, payload, 4242));
         injected = true;
         setTimeout(() => agentSide.end(), 50);
       });
@@ -561,25 +562,4 @@ async function cutAtFirstSubscribe(port: number): Promise<TcpRelay & { cut: () =
     brokerSide.on('close', () => agentSide.destroy());
   });
   return { ...relay, cut: () => cut };
-}
-
-/** An MQTT 3.1.1 PUBLISH packet, QoS 1. */
-function qos1Publish(topic: string, payload: string, packetId: number): Buffer {
-  const t = Buffer.from(topic);
-  const body = Buffer.concat([u16(t.length), t, u16(packetId), Buffer.from(payload)]);
-  const length: number[] = [];
-  let n = body.length;
-  do {
-    let byte = n % 128;
-    n = Math.floor(n / 128);
-    if (n > 0) byte |= 0x80;
-    length.push(byte);
-  } while (n > 0);
-  return Buffer.concat([Buffer.from([0x32, ...length]), body]);
-}
-
-function u16(n: number): Buffer {
-  const b = Buffer.alloc(2);
-  b.writeUInt16BE(n);
-  return b;
 }

@@ -241,6 +241,13 @@ export async function streamOversizedPublish(
   return { closed, sent };
 }
 
+/** An MQTT 3.1.1 QoS 1 PUBLISH packet, for tests that write to a broker's or a client's socket directly. */
+export function qos1PublishPacket(topic: string, payload: string, packetId: number): Buffer {
+  const t = Buffer.from(topic);
+  const body = Buffer.concat([u16(t.length), t, u16(packetId), Buffer.from(payload)]);
+  return Buffer.concat([Buffer.from([0x32]), remainingLength(body.length), body]);
+}
+
 function u16(n: number): Buffer {
   const b = Buffer.alloc(2);
   b.writeUInt16BE(n);
