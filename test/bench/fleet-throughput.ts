@@ -22,7 +22,15 @@ import {
   waitForAgents,
   wallMs,
 } from './bench-cluster.ts';
-import { childCpuMs, cpuSplitMs, envNumber, processesCpuMs, rssMb, syscalls } from './harness.ts';
+import {
+  childCpuMs,
+  cpuSplitMs,
+  envNumber,
+  machineCpuMs,
+  processesCpuMs,
+  rssMb,
+  syscalls,
+} from './harness.ts';
 import { SseClient } from './sse-client.ts';
 
 /**
@@ -96,6 +104,13 @@ export type ThroughputResult = {
   /** Read / write system calls per task (files and sockets): control plane, both agents together. */
   cpSyscalls: { reads: number; writes: number };
   agentSyscalls: { reads: number; writes: number };
+  /**
+   * The whole machine's CPU per task (`/proc/stat`, all cores: every process and kernel thread) during the
+   * direct runs and during the ffleet runs: busy, and idle. Busy minus the rows above is what no measured
+   * process accounts for (kernel threads: writeback, the journal, interrupts; the services beside).
+   */
+  machineDirect: { busyMs: number; idleMs: number };
+  machineFfleet: { busyMs: number; idleMs: number };
 };
 
 function makeClips(dir: string, count: number): void {
@@ -267,7 +282,18 @@ export async function benchThroughput(cp: ControlPlane, count: number): Promise<
       };
     };
     let ffmpegDirect = childCpuMs(process.pid);
-    const directS = [await runDirect(inDir, join(cp.dir, 'media', 'direct-0'), ids)];
+    const machine = { direct: { busy: 0, idle: 0 }, ffleet: { busy: 0, idle: 0 } };
+    const measured = async <T>(into: { busy: number; idle: number }, run: () => Promise<T>) => {
+      const m0 = machineCpuMs();
+      const result = await run();
+      const m1 = machineCpuMs();
+      into.busy += m1.busy - m0.busy;
+      into.idle += m1.idle - m0.idle;
+      return result;
+    };
+    const direct = (dir: string) =>
+      measured(machine.direct, () => runDirect(inDir, join(cp.dir, 'media', dir), ids));
+    const directS = [await direct('direct-0')];
     let ffmpegFfleet = 0;
     const ffleetS: number[] = [];
     const gaps: number[] = [];
@@ -276,7 +302,9 @@ export async function benchThroughput(cp: ControlPlane, count: number): Promise<
     const io = { cpReads: 0, cpWrites: 0, agentReads: 0, agentWrites: 0 };
     for (let r = 0; r < ROUNDS; r++) {
       const c0 = sample();
-      const f = await runFfleet(cp, finished, inDir, join(cp.dir, 'media', `ffleet-${r}`), ids);
+      const f = await measured(machine.ffleet, () =>
+        runFfleet(cp, finished, inDir, join(cp.dir, 'media', `ffleet-${r}`), ids),
+      );
       const c1 = sample();
       ffleetS.push(f.seconds);
       gaps.push(...f.gaps);
@@ -292,7 +320,7 @@ export async function benchThroughput(cp: ControlPlane, count: number): Promise<
       io.cpWrites += c1.cpIo.writes - c0.cpIo.writes;
       io.agentReads += sum(c1.agentIo.map((x, i) => x.reads - c0.agentIo[i]!.reads));
       io.agentWrites += sum(c1.agentIo.map((x, i) => x.writes - c0.agentIo[i]!.writes));
-      directS.push(await runDirect(inDir, join(cp.dir, 'media', `direct-${r + 1}`), ids));
+      directS.push(await direct(`direct-${r + 1}`));
     }
     ffmpegDirect = childCpuMs(process.pid) - ffmpegDirect;
     const around = ffleetS.map((_, r) => (directS[r]! + directS[r + 1]!) / 2);
@@ -329,6 +357,11 @@ export async function benchThroughput(cp: ControlPlane, count: number): Promise<
       ffmpegFfleetCpuMs: ffmpegFfleet / tasks,
       cpSyscalls: { reads: io.cpReads / tasks, writes: io.cpWrites / tasks },
       agentSyscalls: { reads: io.agentReads / tasks, writes: io.agentWrites / tasks },
+      machineDirect: {
+        busyMs: machine.direct.busy / (count * (ROUNDS + 1)),
+        idleMs: machine.direct.idle / (count * (ROUNDS + 1)),
+      },
+      machineFfleet: { busyMs: machine.ffleet.busy / tasks, idleMs: machine.ffleet.idle / tasks },
     };
   } finally {
     await sse.stop();

@@ -76,9 +76,16 @@ function throughputRows(t: ThroughputResult, db: string): void {
     "(b) ffleet's CPU per task / ffmpeg's beside it; ratio the CPU predicts",
     `${ms(ffleetCpu)} / ${ms(t.ffmpegFfleetCpuMs)} = ${sharePct.toFixed(1)} %; ${predicted.toFixed(3)}`,
   );
+  // The whole machine: what no process row above accounts for (kernel threads, the services beside) is
+  // busy minus ffmpeg, ffleet and the observer; idle is time both cores could have encoded and did not.
+  const unaccounted = t.machineFfleet.busyMs - t.ffmpegFfleetCpuMs - ffleetCpu - t.observerCpuMs;
+  row(
+    '(b) machine CPU per task, busy / idle: direct; ffleet (of it in no process above)',
+    `${ms(t.machineDirect.busyMs)} / ${ms(t.machineDirect.idleMs)}; ${ms(t.machineFfleet.busyMs)} / ${ms(t.machineFfleet.idleMs)} (${ms(unaccounted)})`,
+  );
   const rw = (x: { reads: number; writes: number }) => `${x.reads.toFixed(1)} / ${x.writes.toFixed(1)}`;
   row(
-    '(b) read / write syscalls per task: control plane; agents',
+    '(b) read / write syscalls per task: control plane; agents (with the ffmpeg runs they reaped)',
     `${rw(t.cpSyscalls)}; ${rw(t.agentSyscalls)}`,
   );
   row(

@@ -294,7 +294,30 @@ export function processesCpuMs(comm: string): number {
   return ms;
 }
 
-/** Read and write system calls a process made so far (`/proc/<pid>/io`: syscr, syscw; sockets included). */
+/**
+ * The whole machine's CPU time so far, all cores (ms, from the first line of `/proc/stat`): busy (user, nice,
+ * system, irq, softirq: every process and kernel thread, the ones no /proc/<pid> row accounts for included) and
+ * idle (idle + iowait). Steal (the hypervisor's) is in neither.
+ */
+export function machineCpuMs(): { busy: number; idle: number } {
+  const f = readFileSync('/proc/stat', 'utf8').split('\n', 1)[0]!.trim().split(/\s+/).slice(1).map(Number);
+  const [user, nice, system, idle, iowait, irq, softirq] = f as [
+    number,
+    number,
+    number,
+    number,
+    number,
+    number,
+    number,
+  ];
+  return { busy: (user + nice + system + irq + softirq) * 10, idle: (idle + iowait) * 10 };
+}
+
+/**
+ * Read and write system calls a process made so far (`/proc/<pid>/io`: syscr, syscw; sockets included).
+ * The kernel adds a child's counts to its parent's when the parent reaps it, so an agent's include those
+ * of the transcoders it ran.
+ */
 export function syscalls(pid: number): { reads: number; writes: number } {
   const io = readFileSync(`/proc/${pid}/io`, 'utf8');
   const field = (name: string) => Number(io.match(new RegExp(`^${name}: (\\d+)$`, 'm'))?.[1] ?? Number.NaN);
