@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { listGroupMembers } from './fixtures/live-processes.ts';
+import { listGroupMembers, listLiveProcesses } from './fixtures/live-processes.ts';
 import { nativeSpawnStatus } from './native-spawn.ts';
 import {
   CAPTURE_POLL_MS,
@@ -205,7 +205,7 @@ describe.each(spawners)('runProcess (%s spawner)', (spawner) => {
     expect(await waitFor(() => listGroupMembers(pgid).length === 0)).toBe(true);
   });
 
-  it('settles soon after exit even when a background child keeps the pipes open', async () => {
+  it('settles soon after exit even when a background child keeps the pipes open, and kills that child', async () => {
     let childPid = 0;
     const started = Date.now();
     const result = await runProcess({
@@ -216,8 +216,17 @@ describe.each(spawners)('runProcess (%s spawner)', (spawner) => {
       },
     });
     strays.push(childPid);
-    expect(result).toMatchObject({ ok: true, code: 0, canceled: false });
+    expect(result).toMatchObject({ ok: true, code: 0, canceled: false, leftovers: true });
     expect(Date.now() - started).toBeLessThan(STDIO_DRAIN_MS + 2000);
+    // The step's group does not outlive it: the `sleep 30 &` it left behind is killed when it ends.
+    expect(childPid).toBeGreaterThan(0);
+    expect(await waitFor(() => !listLiveProcesses().some((p) => p.pid === childPid))).toBe(true);
+  });
+
+  it('says nothing about leftovers when the process left none', async () => {
+    const result = await runProcess({ file: fixture('ok.sh'), args: ['a'] });
+    expect(result.ok).toBe(true);
+    expect(result).not.toHaveProperty('leftovers');
   });
 
   describe('output capture', () => {

@@ -19,13 +19,13 @@ import { LineSplitter } from './line-splitter.ts';
 import { spawnNative } from './native-spawn.ts';
 import { TailBuffer } from './tail-buffer.ts';
 
-/** Time a canceled process group gets between SIGTERM and SIGKILL: ffmpeg finalises a file in well under it. */
 /**
  * Abort reason for a run the control plane gave to another attempt (stale lease). Unlike a user cancel,
  * the process group is killed at once and the output is left alone: the new attempt is writing it.
  */
 export const FENCED_OUT = 'fenced-out';
 
+/** Time a canceled process group gets between SIGTERM and SIGKILL: ffmpeg finalises a file in well under it. */
 export const DEFAULT_KILL_GRACE_MS = 5000;
 
 /** Bytes of stdout/stderr kept for the result (enough for ffmpeg's closing error lines). */
@@ -117,13 +117,20 @@ export interface RunProcessResult {
   error?: string;
   /** True when `signal` was aborted before the process ended. */
   canceled: boolean;
+  /**
+   * True when processes it started in its process group were still running after it ended (and were
+   * killed then); absent otherwise.
+   */
+  leftovers?: true;
 }
 
 /**
  * Run one executable without a shell in its own process group, streaming its output line by line.
  * Never rejects: a spawn failure, a non-zero exit, a death by signal and a cancel are all values.
  * On cancel the whole group (the process and anything it started) gets SIGTERM, then SIGKILL after
- * the grace period; the promise settles once the process has exited.
+ * the grace period; the promise settles once the process has exited. Whatever is left in the group
+ * when the process ends is killed then (SIGKILL). A descendant that left the group (`setsid`, a
+ * shell's job control) is not tracked.
  */
 export function runProcess(options: RunProcessOptions): Promise<RunProcessResult> {
   const { signal } = options;
@@ -210,13 +217,16 @@ export function runProcess(options: RunProcessOptions): Promise<RunProcessResult
         }, CAPTURE_POLL_MS)
       : undefined;
 
-    const killGroup = (sig: NodeJS.Signals): void => {
+    /** Signal the process group; false when it has no member left (ESRCH). */
+    const killGroup = (sig: NodeJS.Signals | 0): boolean => {
       const leader = pid();
-      if (leader === undefined) return;
+      if (leader === undefined) return false;
       try {
         process.kill(-leader, sig);
-      } catch {
-        // ESRCH: the group is already gone.
+        return true;
+      } catch (err) {
+        // ESRCH: the group is gone. EPERM: a member changed its user; nothing we can do about it.
+        return (err as NodeJS.ErrnoException).code === 'EPERM';
       }
     };
 
@@ -239,9 +249,12 @@ export function runProcess(options: RunProcessOptions): Promise<RunProcessResult
       clearTimeout(drainTimer);
       clearInterval(pollTimer);
       signal?.removeEventListener('abort', onAbort);
-      // A canceled group must not outlive the step: members that ignored SIGTERM or kept running
-      // after the leader exited are killed now.
-      if (canceled) killGroup('SIGKILL');
+      // The group does not outlive the step, canceled or not: members that ignored SIGTERM, or that the
+      // process left running when it exited (a script's `sleep 300 &`), are killed now. Left alone they
+      // ran on after the task ended, and kept writing into the capture files nobody read any more.
+      // (One kill(2) when the group is empty, as it is after nearly every process.)
+      const leftovers = result.error === undefined && killGroup(0);
+      if (leftovers) killGroup('SIGKILL');
       stdoutLines.end();
       stderrLines.end();
       const ok = result.error === undefined && result.code === 0 && !canceled;
@@ -251,6 +264,7 @@ export function runProcess(options: RunProcessOptions): Promise<RunProcessResult
         canceled,
         stdoutTail: stdoutTail.toString(),
         stderrTail: stderrTail.toString(),
+        ...(leftovers && !canceled ? { leftovers: true as const } : {}),
       });
     }
 

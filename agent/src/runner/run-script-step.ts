@@ -108,6 +108,7 @@ export async function runScriptStep(input: ScriptStepInput): Promise<StepOutcome
       onStdoutLine: (line) => input.logs[phase].add(line),
       onStderrLine: (line) => input.logs[phase].add(line),
     });
+    if (result.leftovers) input.logs.agent.add(`${label}: killed the processes the script left running`);
     const outcome = toStepOutcome(`${label} script`, result);
     if (outcome.kind !== 'ok') return finish(outcome);
   }

@@ -109,6 +109,7 @@ export async function runTranscode(input: TranscodeInput): Promise<StepOutcome> 
       input.segments.length > 1
         ? `transcoder (segment ${index + 1} of ${input.segments.length})`
         : 'transcoder';
+    if (result.leftovers) input.logs.agent.add(`${label}: killed the processes it left running`);
     const outcome = toStepOutcome(label, result);
     if (outcome.kind === 'canceled' && input.signal.reason !== FENCED_OUT) {
       await removePartialOutput(input.outputFile, before, input.logs);
