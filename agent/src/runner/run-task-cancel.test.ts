@@ -99,6 +99,33 @@ describe('runTask: cancel', () => {
     expect(reporter.text('agent')).toContain(`removed partial output ${output}`);
   });
 
+  it('keeps the output an earlier segment of a chain finished when a later segment is canceled', async () => {
+    const controller = new AbortController();
+    const reporter = new RecordingReporter();
+    const output = fx.file('chain-cancel', 'first.mp4');
+    const second = fx.file('chain-cancel', 'second.mkv');
+    const run = fx.run(
+      {
+        command: {
+          raw: '-f lavfi -i testsrc=duration=1:size=160x120:rate=25 -c:v mpeg4 -y ${OUTPUT_FILE} && ${FFMPEG} -re -f lavfi -i testsrc=duration=60:size=160x120:rate=25 -c:v mpeg4 -y ${OUTPUT_FILE_DIR}/second.mkv',
+          resolved: '',
+        },
+        outputFile: { raw: output, resolved: '' },
+      },
+      { signal: controller.signal, reporter },
+    );
+    await waitFor(() => existsSync(second) && statSync(second).size > 0, 15_000);
+    const finished = readFileSync(output);
+    controller.abort();
+    const { result } = await run;
+
+    expect(result).toEqual({ status: 'DONE_CANCELED', error: '' });
+    // The first segment's file is whole and stays; the canceled segment never wrote it.
+    expect(readFileSync(output).equals(finished)).toBe(true);
+    expect(reporter.text('agent')).not.toContain('removed partial output');
+    expect(listProcessesMentioning(fx.dir)).toEqual([]);
+  });
+
   it('logs a run stopped for a hand-back as handed back, not as a finished DONE_CANCELED task', async () => {
     const lines: Array<{ msg: string; status?: string }> = [];
     const logger = pino(

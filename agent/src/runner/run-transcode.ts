@@ -66,13 +66,16 @@ export interface TranscodeInput {
 /**
  * Run the segments one after another; the first failure stops the chain. Progress comes from
  * `-progress` on stdout and the input duration on stderr; stderr also goes to the transcoder log.
- * A canceled transcode removes the partial output file.
+ * A canceled transcode removes the partial output file: the task's output, when the segment that was
+ * running had written to it.
  */
 export async function runTranscode(input: TranscodeInput): Promise<StepOutcome> {
-  const before = await statOrNull(input.outputFile);
   let duration: number | null = null;
 
   for (const [index, args] of input.segments.entries()) {
+    // Taken per segment: the output an earlier segment of the chain finished is not a later one's
+    // partial output (a chain canceled in its second segment had removed the first one's finished file).
+    const before = await statOrNull(input.outputFile);
     const position = { index, count: input.segments.length };
     const parser = new ProgressParser();
     // A later segment that prints no duration (e.g. reading a generated source) keeps the last one.
@@ -132,8 +135,9 @@ async function statOrNull(file: string): Promise<FileIdentity | null> {
 }
 
 /**
- * Remove the output a canceled transcode left behind. A file that was already there and was not
- * touched by this run (same inode, size and mtime) is kept: the transcoder never opened it.
+ * Remove the output a canceled transcode left behind. A file that was already there when the canceled
+ * segment started and that it did not touch (same inode, size and mtime) is kept: that segment never
+ * wrote it (it existed before the task, or an earlier segment of the chain finished it).
  */
 async function removePartialOutput(file: string, before: FileIdentity | null, logs: RunLogs): Promise<void> {
   const after = await statOrNull(file);
