@@ -1,9 +1,11 @@
 // biome-ignore-all lint/suspicious/noTemplateCurlyInString: ${NAME} wildcards are literal text here, not template placeholders.
 import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { basename, extname } from 'node:path';
 import { archName, osName, type Task, tokenize } from '@ffleet/shared';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FFMPEG, RunFixture } from './fixtures/run-fixture.ts';
 import { makeStep } from './fixtures/sample-task.ts';
+import { LOG_OMITTED_TAIL_BYTES, LOG_STEP_BUDGET_BYTES } from './log-batcher.ts';
 import { protectedDirs } from './protected-paths.ts';
 
 let fx: RunFixture;
@@ -319,6 +321,23 @@ describe('runTask: failures', () => {
     expect(reporter.text('agent').split(result.error)).toHaveLength(2);
   });
 
+  it("sends the first MiB of a chatty script's output and its last lines, saying what it left out", async () => {
+    // ~2.9 MB of output, then a failure: the agent sends ~1 MiB and the end, not all of it.
+    const pre = fx.script('pre-chatty.sh', 'seq 1 400000\necho "the real problem" >&2\nexit 4');
+    const { result, reporter } = await fx.run({
+      outputFile: { raw: `${fx.dir}/chatty/out.mp4`, resolved: '' },
+      preProcessing: makeStep(pre, ''),
+    });
+    expect(result).toMatchObject({ status: 'DONE_ERROR' });
+    expect(result.error).toMatch(/^pre-processing script exited with code 4: .*the real problem$/s);
+    const text = reporter.text('pre');
+    expect(text.startsWith('1\n2\n3\n')).toBe(true);
+    expect(text.endsWith('399999\n400000\nthe real problem\n')).toBe(true);
+    expect(text).toMatch(/\n\[ffleet: \d+ lines \([\d.]+ MiB\) of output left out\]\n/);
+    expect(Buffer.byteLength(text)).toBeGreaterThan(LOG_STEP_BUDGET_BYTES);
+    expect(Buffer.byteLength(text)).toBeLessThan(LOG_STEP_BUDGET_BYTES + LOG_OMITTED_TAIL_BYTES + 200);
+  });
+
   it('fails when the pre-processing script cannot be started', async () => {
     const { result } = await fx.run({ preProcessing: makeStep(`${fx.dir}/missing.sh`, '') });
     expect(result.status).toBe('DONE_ERROR');
@@ -449,10 +468,21 @@ describe('runTask: failures', () => {
     }
   });
 
-  it('fails when the output directory cannot be created', async () => {
-    const { result } = await fx.run({ outputFile: { raw: `${fx.clip}/sub/out.mp4`, resolved: '' } });
+  it('fails when the output directory cannot be created, showing what the command and paths resolved to', async () => {
+    const { result, reporter } = await fx.run({
+      command: { raw: '-i ${INPUT_FILE} -c:v mpeg4 -y ${OUTPUT_FILE}', resolved: '' },
+      outputFile: { raw: `${fx.clip}/sub/\${INPUT_FILE_BASENAME}.mp4`, resolved: '' },
+    });
     expect(result.status).toBe('DONE_ERROR');
     expect(result.error).toContain(`failed to create output directory ${fx.clip}/sub`);
+    // The error is about these values: they are on the failed task, not left empty.
+    const output = `${fx.clip}/sub/${basename(fx.clip, extname(fx.clip))}.mp4`;
+    expect(Object.assign({}, ...reporter.updates.map((u) => u.patch))).toMatchObject({
+      status: 'DONE_ERROR',
+      outputFile: { resolved: output },
+      inputFile: { resolved: fx.clip },
+      command: { resolved: `-i ${fx.clip} -c:v mpeg4 -y ${output}` },
+    });
   });
 
   it.skipIf(process.platform !== 'linux')(

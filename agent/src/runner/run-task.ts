@@ -165,6 +165,17 @@ async function runStages(
   const paths = resolvePaths(ctx, state);
   const chain = resolveChain(state.task.command.raw, ctx, paths, transcoderPath);
   if (!chain.ok) return { kind: 'failed', error: chain.error };
+  const resolved = {
+    command: { raw: state.task.command.raw, resolved: chain.display },
+    inputFile: { raw: state.task.inputFile.raw, resolved: paths.inputFile },
+    outputFile: { raw: state.task.outputFile.raw, resolved: paths.outputFile },
+  };
+  // A check that stops the run before the transcoder still shows what the command and paths resolved
+  // to: the error is about them. (They ride on the failed result.)
+  const refuse = (error: string): Stop => {
+    state.apply(resolved, { defer: true });
+    return { kind: 'failed', error };
+  };
   for (const [what, file] of [
     ['input file', paths.inputFile],
     ['output file', paths.outputFile],
@@ -172,19 +183,18 @@ async function runStages(
     // Each value stays one argument, but ffmpeg reads one that starts with '-' as an option (an output
     // of "-version" ran `ffmpeg … -version` and "succeeded" without writing anything).
     if (file.startsWith('-'))
-      return {
-        kind: 'failed',
-        error: `${what} "${file}" starts with '-', which the transcoder would read as an option; name it ./${file} for a file in the working directory`,
-      };
+      return refuse(
+        `${what} "${file}" starts with '-', which the transcoder would read as an option; name it ./${file} for a file in the working directory`,
+      );
   }
   const guarded = protectedDirOf(paths.outputFile, options.protectedDirs ?? []);
-  if (guarded) return { kind: 'failed', error: protectedPathError('output file', paths.outputFile, guarded) };
+  if (guarded) return refuse(protectedPathError('output file', paths.outputFile, guarded));
   if (paths.outputFile !== '') {
     const dir = path.dirname(paths.outputFile);
     try {
       await makeDirectory(dir);
     } catch (err) {
-      return { kind: 'failed', error: `failed to create output directory ${dir}: ${(err as Error).message}` };
+      return refuse(`failed to create output directory ${dir}: ${(err as Error).message}`);
     }
   }
 
@@ -196,9 +206,7 @@ async function runStages(
     {
       status: 'RUNNING',
       startedAt,
-      command: { raw: state.task.command.raw, resolved: chain.display },
-      inputFile: { raw: state.task.inputFile.raw, resolved: paths.inputFile },
-      outputFile: { raw: state.task.outputFile.raw, resolved: paths.outputFile },
+      ...resolved,
       progress: 0,
       remaining: -1,
     },
