@@ -240,6 +240,14 @@ describe('task routes', () => {
         [{ requires: ['has space'] }, 'requires.0'],
         [{ preProcessing: { scriptPath: 1 } }, 'preProcessing.scriptPath'],
         [{ postProcessing: { importSidecar: true } }, 'postProcessing.importSidecar'],
+        // Refused here rather than failing the task when it runs.
+        [{ preProcessing: { scriptPath: "/bin/pre 'unterminated" } }, 'preProcessing.scriptPath'],
+        [{ postProcessing: { scriptPath: '/bin/post "x' } }, 'postProcessing.scriptPath'],
+        [{ preProcessing: { scriptPath: '/bin/pre', importSidecar: true } }, 'preProcessing.sidecarPath'],
+        [
+          { preProcessing: { scriptPath: '/bin/pre', sidecarPath: '  ', importSidecar: true } },
+          'preProcessing.sidecarPath',
+        ],
       ];
       for (const [extra, path] of cases) {
         const p = await expectProblem(
@@ -249,6 +257,16 @@ describe('task routes', () => {
         );
         expect(errorPaths(p), JSON.stringify(extra)).toEqual([path]);
       }
+      // A sidecar to re-import, or none to import: both fine.
+      await create({
+        command: '-i a b',
+        preProcessing: {
+          scriptPath: "/bin/pre 'quoted arg'",
+          sidecarPath: '/tmp/s.json',
+          importSidecar: true,
+        },
+      });
+      await create({ command: '-i a b', preProcessing: { scriptPath: '/bin/pre', importSidecar: false } });
     });
   });
 

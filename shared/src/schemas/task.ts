@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { tokenize } from '../command/tokenize.ts';
 import {
   DirectWebhook,
   HttpUrl,
@@ -18,17 +19,36 @@ export const Priority = z.number().int().min(PRIORITY_MIN).max(PRIORITY_MAX);
 export const MAX_TEXT = 32_768;
 const Text = z.string().max(MAX_TEXT);
 
-/** Pre-processing as written in a task or preset request. */
-export const PreProcessingInput = z.strictObject({
-  scriptPath: Text.optional(),
-  sidecarPath: Text.optional(),
-  importSidecar: z.boolean().optional(),
+/**
+ * A script path is a command line like `command` (program and arguments, quotes, no shell): one that
+ * does not tokenize (an unterminated quote) is refused here rather than failing the task when it runs.
+ */
+const ScriptPath = Text.superRefine((value, ctx) => {
+  const t = tokenize(value);
+  if (!t.ok) ctx.addIssue({ code: 'custom', message: t.error });
 });
+
+/** Pre-processing as written in a task or preset request. */
+export const PreProcessingInput = z
+  .strictObject({
+    scriptPath: ScriptPath.optional(),
+    sidecarPath: Text.optional(),
+    importSidecar: z.boolean().optional(),
+  })
+  .superRefine((step, ctx) => {
+    // The re-import reads the sidecar back: without one the task could only fail when it runs.
+    if (step.importSidecar && (step.sidecarPath ?? '').trim() === '')
+      ctx.addIssue({
+        code: 'custom',
+        path: ['sidecarPath'],
+        message: 'importSidecar needs a sidecarPath: the file the script may change and the task re-imports',
+      });
+  });
 export type PreProcessingInput = z.infer<typeof PreProcessingInput>;
 
 /** Post-processing as written in a task or preset request (no re-import, spec). */
 export const PostProcessingInput = z.strictObject({
-  scriptPath: Text.optional(),
+  scriptPath: ScriptPath.optional(),
   sidecarPath: Text.optional(),
 });
 export type PostProcessingInput = z.infer<typeof PostProcessingInput>;
