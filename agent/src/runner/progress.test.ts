@@ -5,10 +5,13 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   computeTaskProgress,
+  durationLimits,
+  outputDuration,
   ProgressParser,
   type ProgressSample,
   parseClock,
   parseDurationLine,
+  parseTimeDuration,
 } from './progress.ts';
 import { runProcess } from './run-process.ts';
 
@@ -173,5 +176,47 @@ describe('progress of a real ffmpeg run', () => {
     expect(values.at(-1)).toBeGreaterThanOrEqual(90);
     expect(samples.at(-1)?.speed).toBeGreaterThan(0);
     expect(progress.at(-1)?.remaining).toBeGreaterThanOrEqual(0);
+  });
+});
+
+describe('what -ss, -t and -to do to the length measured against', () => {
+  it('reads ffmpeg time durations', () => {
+    expect(parseTimeDuration('6')).toBe(6);
+    expect(parseTimeDuration('2.5')).toBe(2.5);
+    expect(parseTimeDuration('1500ms')).toBe(1.5);
+    expect(parseTimeDuration('250000us')).toBe(0.25);
+    expect(parseTimeDuration('3s')).toBe(3);
+    expect(parseTimeDuration('01:30')).toBe(90);
+    expect(parseTimeDuration('00:01:02.5')).toBe(62.5);
+    expect(parseTimeDuration('-00:00:02')).toBe(-2);
+    for (const bad of ['', 'abc', '1:2:3:4', '5x', '1.2.3']) expect(parseTimeDuration(bad)).toBeNull();
+  });
+
+  it('takes options before the last -i as input options and after it as output options', () => {
+    const limits = durationLimits(['-ss', '5', '-i', 'in.mp4', '-t', '6', '-c:v', 'libx264', 'out.mp4']);
+    expect(limits).toEqual({ inputStart: 5, outputStart: 0, atMost: 6, inputEnd: null, outputEnd: null });
+    expect(durationLimits(['-i', 'in.mp4', '-ss', '00:00:02', '-to', '10', 'out.mp4'])).toEqual({
+      inputStart: 0,
+      outputStart: 2,
+      atMost: null,
+      inputEnd: null,
+      outputEnd: 10,
+    });
+    // A value that is no duration (a -t of another tool's meaning) is ignored, not guessed.
+    expect(durationLimits(['-i', 'in.mp4', '-t', 'x', 'out.mp4']).atMost).toBeNull();
+  });
+
+  it('measures progress against the output the command writes', () => {
+    const of = (args: string[]) => outputDuration(20, durationLimits(args));
+    expect(of(['-i', 'in', 'out'])).toBe(20);
+    expect(of(['-i', 'in', '-t', '6', 'out'])).toBe(6);
+    expect(of(['-t', '6', '-i', 'in', 'out'])).toBe(6);
+    expect(of(['-ss', '15', '-i', 'in', 'out'])).toBe(5);
+    expect(of(['-ss', '5', '-to', '8', '-i', 'in', 'out'])).toBe(3);
+    expect(of(['-i', 'in', '-ss', '4', '-to', '10', 'out'])).toBe(6);
+    expect(of(['-i', 'in', '-t', '60', 'out'])).toBe(20);
+    expect(of(['-ss', '30', '-i', 'in', 'out'])).toBe(0);
+    // 5 s written of a 6 s output is 83 %, not the 25 % of the input's 20 s.
+    expect(computeTaskProgress(5, of(['-i', 'in', '-t', '6', 'out']), 1).progress).toBe(83.33);
   });
 });

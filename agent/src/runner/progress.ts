@@ -125,3 +125,73 @@ export function computeTaskProgress(
 function round2(value: number): number {
   return Math.round(value * 100) / 100;
 }
+
+/**
+ * A time duration as ffmpeg reads one in `-ss`, `-t`, `-to`: `[-][HH:]MM:SS[.m…]`, or `[-]S[.m…]` with
+ * an optional `s`, `ms` or `us` unit. Seconds, or null for anything else.
+ */
+export function parseTimeDuration(value: string): number | null {
+  const clock = /^(-?)(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)$/.exec(value);
+  if (clock) {
+    const s = Number(clock[2] ?? 0) * 3600 + Number(clock[3]) * 60 + Number(clock[4]);
+    return clock[1] === '-' ? -s : s;
+  }
+  const plain = /^(-?\d+(?:\.\d+)?)(s|ms|us)?$/.exec(value);
+  if (!plain) return null;
+  const n = Number(plain[1]);
+  return plain[2] === 'ms' ? n / 1e3 : plain[2] === 'us' ? n / 1e6 : n;
+}
+
+/** What a transcoder command's `-ss`, `-t` and `-to` do to the length of its output. */
+export interface DurationLimits {
+  /** Input `-ss` and output `-ss`: skipped from the start (seconds). */
+  inputStart: number;
+  outputStart: number;
+  /** `-t` (input or output): at most this long. */
+  atMost: number | null;
+  /** Input `-to` and output `-to`: positions reading or writing stops at. */
+  inputEnd: number | null;
+  outputEnd: number | null;
+}
+
+/**
+ * The `-ss`/`-t`/`-to` of one command's arguments. An option before the last `-i` belongs to an
+ * input (ffmpeg's rule: options go before the file they apply to), one after it to the output.
+ */
+export function durationLimits(args: readonly string[]): DurationLimits {
+  const lastInput = args.lastIndexOf('-i');
+  const limits: DurationLimits = {
+    inputStart: 0,
+    outputStart: 0,
+    atMost: null,
+    inputEnd: null,
+    outputEnd: null,
+  };
+  for (let i = 0; i < args.length - 1; i++) {
+    const option = args[i];
+    if (option !== '-ss' && option !== '-t' && option !== '-to') continue;
+    const value = parseTimeDuration(args[i + 1]!);
+    i += 1;
+    if (value === null || value < 0) continue;
+    const onInput = i < lastInput;
+    if (option === '-t') limits.atMost = Math.min(limits.atMost ?? value, value);
+    else if (option === '-ss') {
+      if (onInput) limits.inputStart = value;
+      else limits.outputStart = value;
+    } else if (onInput) limits.inputEnd = value;
+    else limits.outputEnd = value;
+  }
+  return limits;
+}
+
+/**
+ * How long the output of an input of `inputSeconds` will be under `limits` (what progress is measured
+ * against): `-i 20 s clip -t 6` writes 6 s, so at 5 s out it is 83 % done, not 25 %.
+ */
+export function outputDuration(inputSeconds: number, limits: DurationLimits): number {
+  let seconds = inputSeconds - limits.inputStart - limits.outputStart;
+  if (limits.inputEnd !== null) seconds = Math.min(seconds, limits.inputEnd - limits.inputStart);
+  if (limits.outputEnd !== null) seconds = Math.min(seconds, limits.outputEnd - limits.outputStart);
+  if (limits.atMost !== null) seconds = Math.min(seconds, limits.atMost);
+  return Math.max(0, seconds);
+}

@@ -1,5 +1,4 @@
 // biome-ignore-all lint/suspicious/noTemplateCurlyInString: ${NAME} wildcards are literal text here, not template placeholders.
-import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { Writable } from 'node:stream';
 import { pino } from 'pino';
@@ -14,18 +13,7 @@ let fx: RunFixture;
 let longClip = '';
 beforeAll(() => {
   fx = new RunFixture();
-  longClip = fx.file('long.mp4');
-  execFileSync(FFMPEG, [
-    '-v',
-    'error',
-    '-f',
-    'lavfi',
-    '-i',
-    'testsrc=duration=3:size=160x120:rate=25',
-    '-pix_fmt',
-    'yuv420p',
-    longClip,
-  ]);
+  longClip = fx.makeClip('long.mp4', 3);
 });
 afterAll(() => {
   fx.remove();
@@ -65,6 +53,26 @@ describe('runTask: progress', () => {
     for (const gap of gaps.slice(1, -1)) expect(gap).toBeGreaterThanOrEqual(490);
     expect(Math.max(...gaps)).toBeLessThanOrEqual(1100);
     expect(reporter.last()).toMatchObject({ progress: 100, remaining: 0 });
+  });
+});
+
+describe('runTask: progress of a shortened output', () => {
+  it('measures progress against what -t writes, not the whole input', async () => {
+    const clip = fx.makeClip('six-seconds.mp4', 6);
+    const { result, reporter } = await fx.run({
+      inputFile: { raw: clip, resolved: '' },
+      // 2 s of the 6 s clip at real time: a second in is half done, not a sixth.
+      command: { raw: '-re -i ${INPUT_FILE} -t 2 -c:v mpeg4 -y ${OUTPUT_FILE}', resolved: '' },
+      outputFile: { raw: `${fx.dir}/progress-t/out.mp4`, resolved: '' },
+    });
+    expect(result.status).toBe('DONE_SUCCESSFUL');
+    const values = reporter.updates
+      .filter((u) => u.patch.progress !== undefined && u.patch.status === undefined)
+      .map((u) => u.patch.progress ?? 0);
+    expect(values.length).toBeGreaterThanOrEqual(2);
+    // Against the input's 6 s it could not pass 33.3 % before the end.
+    expect(Math.max(...values)).toBeGreaterThanOrEqual(45);
+    expect(Math.max(...values)).toBeLessThanOrEqual(100);
   });
 });
 

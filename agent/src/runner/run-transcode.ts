@@ -7,7 +7,14 @@ import {
   type WildcardContext,
   type WildcardPaths,
 } from '@ffleet/shared';
-import { computeTaskProgress, ProgressParser, parseDurationLine, type TaskProgress } from './progress.ts';
+import {
+  computeTaskProgress,
+  durationLimits,
+  outputDuration,
+  ProgressParser,
+  parseDurationLine,
+  type TaskProgress,
+} from './progress.ts';
 import type { RunLogs } from './run-logs.ts';
 import { FENCED_OUT, runProcess } from './run-process.ts';
 import { type StepOutcome, toStepOutcome } from './step-outcome.ts';
@@ -81,6 +88,8 @@ export async function runTranscode(input: TranscodeInput): Promise<StepOutcome> 
     // A later segment that prints no duration (e.g. reading a generated source) keeps the last one.
     let segmentDuration: number | null = null;
     const argv = [...TRANSCODER_PREFIX_ARGS, ...args];
+    // Progress is measured against what this command writes: `-t`, `-to` and `-ss` shorten it.
+    const limits = durationLimits(args);
     input.logs.agent.add(`transcoder: $ ${formatCommandLine([[input.transcoderPath, ...argv]])}`);
 
     const running = runProcess({
@@ -97,8 +106,8 @@ export async function runTranscode(input: TranscodeInput): Promise<StepOutcome> 
       onStderrLine: (line) => {
         input.logs.transcoder.add(line);
         if (segmentDuration === null) {
-          segmentDuration = parseDurationLine(line);
-          if (segmentDuration !== null) duration = segmentDuration;
+          const input = parseDurationLine(line);
+          if (input !== null) duration = segmentDuration = outputDuration(input, limits);
         }
       },
     });
