@@ -114,7 +114,11 @@ export async function startControlPlane(
   try {
     if (!config.databaseUrl) stops.push(await claimEmbeddedDatabase(config.dataDir));
     const database = config.databaseUrl
-      ? await openDatabase({ kind: 'postgres', url: config.databaseUrl, prepare: config.pgPrepare })
+      ? await openDatabase({ kind: 'postgres', url: config.databaseUrl, prepare: config.pgPrepare }).catch(
+          (err: unknown) => {
+            throw databaseStartError(err);
+          },
+        )
       : await openDatabase({ kind: 'pglite', dataDir: join(config.dataDir, 'pglite') });
     if (!config.databaseUrl) await keepPrivate(join(config.dataDir, 'pglite'));
     stops.push(() => database.close());
@@ -233,4 +237,21 @@ export async function startControlPlane(
     await stopAll();
     throw err;
   }
+}
+
+/**
+ * Why the PostgreSQL of DATABASE_URL could not be opened, in one line. The first statement fails
+ * wrapped by drizzle ("Failed query: SELECT to_regclass(…)"), with the reason (connection refused, no
+ * such database, password authentication failed, an unknown host) only in its `cause`. The URL is not
+ * repeated: it may hold a password.
+ */
+export function databaseStartError(err: unknown): Error {
+  if (!(err instanceof Error) || (err as { code?: unknown }).code === 'ENEWERDB') return err as Error;
+  let reason: unknown = err;
+  while (reason instanceof Error && reason.message.startsWith('Failed query:') && reason.cause)
+    reason = reason.cause;
+  const r = reason as { code?: unknown; message?: unknown };
+  const message = typeof r.message === 'string' && r.message ? r.message : String(reason);
+  const code = typeof r.code === 'string' && !message.includes(r.code) ? `${r.code} ` : '';
+  return new Error(`cannot open the database of DATABASE_URL: ${code}${message}`, { cause: err });
 }

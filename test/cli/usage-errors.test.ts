@@ -6,7 +6,8 @@ import { join } from 'node:path';
 import { sql } from 'drizzle-orm';
 import { afterAll, describe, expect, it } from 'vitest';
 import { openDatabase } from '../../control-plane/src/db/client.ts';
-import { OWN_VARS, REPO_ROOT } from '../fleet/support/processes.ts';
+import { findFreePort, OWN_VARS, REPO_ROOT } from '../fleet/support/processes.ts';
+import { postgresAvailable, TEST_PG_URL } from '../helpers/db.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'ffleet-usage-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -47,6 +48,37 @@ describe('ffleet usage and configuration errors', () => {
     expect(r.stderr).toMatch(
       /^ffleet: this database was migrated by a newer ffleet \(migration at 2100-01-01T00:00:00\.000Z is unknown to /,
     );
+  }, 120_000);
+
+  it('a PostgreSQL that cannot be opened: one line saying why, without the URL or its password', async () => {
+    const closed = await findFreePort();
+    const r = ffleet(['control-plane'], {
+      DATABASE_URL: `postgres://postgres:hunter2@127.0.0.1:${closed}/nope`,
+      PORT: String(await findFreePort()),
+      MQTT_PORT: String(await findFreePort()),
+    });
+    expect(r.code).toBe(1);
+    // Before: "ffleet: Failed query: SELECT to_regclass('drizzle.__drizzle_migrations') …" for every cause.
+    expect(r.stderr).toMatch(
+      new RegExp(
+        `^ffleet: cannot open the database of DATABASE_URL: .*ECONNREFUSED.*127\\.0\\.0\\.1:${closed}$`,
+      ),
+    );
+    expect(r.stderr).not.toContain('hunter2');
+    if (await postgresAvailable()) {
+      const url = new URL(TEST_PG_URL);
+      url.pathname = '/ffleet_no_such_database';
+      const missing = ffleet(['control-plane'], {
+        DATABASE_URL: url.toString(),
+        PORT: String(await findFreePort()),
+        MQTT_PORT: String(await findFreePort()),
+      });
+      expect(missing).toMatchObject({
+        code: 1,
+        stderr:
+          'ffleet: cannot open the database of DATABASE_URL: 3D000 database "ffleet_no_such_database" does not exist',
+      });
+    }
   }, 120_000);
 
   it("`ffleet start` names every invalid variable, the local agent's too, before starting anything", () => {
