@@ -25,6 +25,15 @@ describe('parseAgentConfig', () => {
     );
   });
 
+  it('reads numbers in decimal only; a blank value is unset', () => {
+    expect(parseAgentConfig({ ...base, FFLEET_AGENT_SLOTS: ' ' }).slots).toBe(2);
+    expect(() =>
+      parseAgentConfig({ ...base, FFLEET_AGENT_SLOTS: '0x4', FFLEET_HEARTBEAT_MS: '2e3' }),
+    ).toThrow(
+      'invalid configuration: FFLEET_AGENT_SLOTS: must be a number, got "0x4"; FFLEET_HEARTBEAT_MS: must be a number, got "2e3"',
+    );
+  });
+
   it('never repeats a broker URL (it may hold a password) in its error', () => {
     const run = () => parseAgentConfig({ FFLEET_AGENT_TOKEN: 'short', MQTT_URL: 'http://user:pw@broker' });
     expect(run).toThrow('MQTT_URL: must be an mqtt://, mqtts://, tcp://, ws:// or wss:// URL');

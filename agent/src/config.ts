@@ -1,7 +1,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { delimiter, isAbsolute, join, resolve } from 'node:path';
-import { AGENT_ID_RE, envError, Label, MAX_SLOTS } from '@ffleet/shared';
+import { AGENT_ID_RE, envError, envNumber, Label, MAX_SLOTS } from '@ffleet/shared';
 import { z } from 'zod';
 
 /** Thrown for an invalid environment value; names the variable. */
@@ -25,7 +25,7 @@ const EnvSchema = z.object({
   /** Agent identity (MQTT client id and topic level). */
   FFLEET_AGENT_NAME: z.string().regex(AGENT_ID_RE, 'letters, digits, _ . - only, at most 100').optional(),
   /** Concurrent tasks. */
-  FFLEET_AGENT_SLOTS: z.coerce.number().int().min(0).max(MAX_SLOTS).default(2),
+  FFLEET_AGENT_SLOTS: envNumber(z.coerce.number().int().min(0).max(MAX_SLOTS).default(2)),
   /** Comma-separated labels matched against a task's `requires`. */
   FFLEET_AGENT_LABELS: z.string().default(''),
   /** State dir: the outbox lives in `agent-<name>/outbox` under it. */
@@ -38,7 +38,7 @@ const EnvSchema = z.object({
    */
   FFLEET_AGENT_SCRIPT_DIRS: z.string().default(''),
   /** Heartbeat period (renews leases; keep well under FFLEET_LEASE_TTL_MS). */
-  FFLEET_HEARTBEAT_MS: z.coerce.number().int().min(100).max(60_000).default(5_000),
+  FFLEET_HEARTBEAT_MS: envNumber(z.coerce.number().int().min(100).max(60_000).default(5_000)),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 });
 

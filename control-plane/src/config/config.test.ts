@@ -23,6 +23,14 @@ describe('parseConfig', () => {
     );
   });
 
+  it('reads numbers in decimal only; a blank value is unset', () => {
+    expect(parseConfig({ PORT: ' ', MQTT_PORT: ' 1884 ' })).toMatchObject({ port: 3000, mqttPort: 1884 });
+    // JavaScript would read these as 8080, 47000 and 1,024 (a blank PORT as 0: a random port).
+    expect(() => parseConfig({ PORT: '0x1F90', MQTT_PORT: '4.7e4', FFLEET_BODY_LIMIT: '1e3' })).toThrow(
+      'invalid configuration: PORT: must be a number, got "0x1F90"; MQTT_PORT: must be a number, got "4.7e4"; FFLEET_BODY_LIMIT: must be a number, got "1e3"',
+    );
+  });
+
   it('never repeats a secret or a URL in its error', () => {
     const env = { DATABASE_URL: 'mysql://app:pw@db/ffleet', FFLEET_AGENT_TOKEN: 'short' };
     const run = () => parseConfig(env);

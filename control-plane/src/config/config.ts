@@ -1,6 +1,6 @@
 import { hostname } from 'node:os';
 import { isAbsolute, resolve } from 'node:path';
-import { envError, SHORT_TOKEN_CHARS } from '@ffleet/shared';
+import { envError, envNumber, SHORT_TOKEN_CHARS } from '@ffleet/shared';
 import { z } from 'zod';
 
 const bool = z
@@ -12,7 +12,7 @@ const positiveInt = z.coerce.number().int().min(1);
 /** Every environment variable ffleet reads (CONTRACT.md "Configuration"), validated once at start. */
 const EnvSchema = z.object({
   /** HTTP listen port. */
-  PORT: port.default(3000),
+  PORT: envNumber(port.default(3000)),
   /** HTTP listen address; non-loopback requires FFLEET_API_TOKENS. */
   HOST: z.string().min(1).default('127.0.0.1'),
   /** PostgreSQL URL; unset → embedded PGlite under FFLEET_DATA_DIR. */
@@ -28,7 +28,7 @@ const EnvSchema = z.object({
     .regex(/^(mqtts?|tcp|ssl|wss?):\/\//, 'must be an mqtt://, mqtts://, tcp://, ws:// or wss:// URL')
     .optional(),
   /** Embedded broker listen port. */
-  MQTT_PORT: port.default(1883),
+  MQTT_PORT: envNumber(port.default(1883)),
   /** Comma-separated API tokens; unset → loopback clients only. */
   FFLEET_API_TOKENS: z.string().optional(),
   /** Token agents present to join; generated and kept in the data dir when unset. */
@@ -36,16 +36,16 @@ const EnvSchema = z.object({
   /** Run one agent inside the control-plane process. */
   FFLEET_LOCAL_AGENT: bool.default(false),
   /** Per-attempt webhook delivery timeout. */
-  FFLEET_WEBHOOK_TIMEOUT_MS: positiveInt.max(600_000).default(10_000),
+  FFLEET_WEBHOOK_TIMEOUT_MS: envNumber(positiveInt.max(600_000).default(10_000)),
   /** A running task's lease without a heartbeat. */
-  FFLEET_LEASE_TTL_MS: positiveInt.min(1000).max(3_600_000).default(30_000),
+  FFLEET_LEASE_TTL_MS: envNumber(positiveInt.min(1000).max(3_600_000).default(30_000)),
   /**
    * Named (prepared) statements on PostgreSQL. Set `0` behind a pooler in transaction mode (pgbouncer
    * before 1.21), where a prepared statement may not exist on the next transaction's server connection.
    */
   FFLEET_PG_PREPARE: bool.default(true),
   /** Largest accepted request body in bytes. */
-  FFLEET_BODY_LIMIT: positiveInt.default(1024 * 1024),
+  FFLEET_BODY_LIMIT: envNumber(positiveInt.default(1024 * 1024)),
   /** pino level. */
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 });

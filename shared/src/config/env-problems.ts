@@ -1,4 +1,4 @@
-import type { z } from 'zod';
+import { z } from 'zod';
 
 /** Variables whose value an error never repeats: secrets, and URLs, which may carry a password. */
 const SECRET = /TOKEN|SECRET|PASSWORD|_URL$/;
@@ -68,3 +68,22 @@ export const SHORT_TOKEN_CHARS = 16;
 
 /** The log line for short tokens: the variables are named, their values never. */
 export const SHORT_TOKEN_WARNING = `tokens shorter than ${SHORT_TOKEN_CHARS} characters are easy to guess; use long random ones (e.g. openssl rand -hex 24)`;
+
+/** What a number in an environment variable may look like: decimal digits (a sign and a fraction are
+ * left for the schema to refuse with its own message). */
+const DECIMAL = /^-?\d+(?:\.\d+)?$/;
+
+/**
+ * A number read from an environment variable: `schema` (a `z.coerce.number()` one, usually with a
+ * default) gets only decimal text. An empty or blank value counts as unset (the default applies);
+ * `0x1F90`, `4.7e4` or ` ` are refused as "must be a number" instead of being read as JavaScript reads
+ * them (8080, 47000, 0: a blank PORT listened on a random port).
+ */
+export function envNumber<T extends z.ZodType>(schema: T) {
+  return z.preprocess((value) => {
+    if (typeof value !== 'string') return value;
+    const text = value.trim();
+    if (text === '') return undefined;
+    return DECIMAL.test(text) ? text : Number.NaN;
+  }, schema);
+}
