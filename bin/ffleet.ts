@@ -124,10 +124,9 @@ async function runControlPlane(withLocalAgent: boolean): Promise<void> {
     }
     logger.info({ agent: agentConfig.name, slots: agentConfig.slots }, 'local agent started');
   }
-  logger.info(
-    { url: `http://${config.host}:${cp.httpPort}`, docs: `http://${config.host}:${cp.httpPort}/api/v1/docs` },
-    'ffleet is ready',
-  );
+  // An IPv6 address goes in brackets in a URL (http://[::1]:3000).
+  const origin = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${cp.httpPort}`;
+  logger.info({ url: origin, docs: `${origin}/api/v1/docs` }, 'ffleet is ready');
   onSignals(
     logger,
     async () => {

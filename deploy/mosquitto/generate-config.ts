@@ -11,26 +11,40 @@
 import { parseArgs } from 'node:util';
 import { writeMosquittoConfig } from '../../control-plane/src/broker/mosquitto-config.ts';
 
-const { values } = parseArgs({
-  options: {
-    dir: { type: 'string' },
-    agents: { type: 'string' },
-    port: { type: 'string', default: '1883' },
-    host: { type: 'string', default: '127.0.0.1' },
-    persistence: { type: 'string' },
-    'internal-user': { type: 'string', default: 'ffleet-control-plane' },
-    'run-as': { type: 'string' },
-  },
-});
+const USAGE =
+  'usage: FFLEET_AGENT_TOKEN=… FFLEET_MQTT_INTERNAL_TOKEN=… generate-config.ts --dir DIR --agents a,b[,…] [--port 1883] [--host 127.0.0.1] [--persistence DIR] [--internal-user NAME] [--run-as USER]';
+
+function usage(problem?: string): never {
+  if (problem) console.error(`generate-config: ${problem}`);
+  console.error(USAGE);
+  process.exit(2);
+}
+
+let values: ReturnType<typeof parse>['values'];
+function parse() {
+  return parseArgs({
+    options: {
+      dir: { type: 'string' },
+      agents: { type: 'string' },
+      port: { type: 'string', default: '1883' },
+      host: { type: 'string', default: '127.0.0.1' },
+      persistence: { type: 'string' },
+      'internal-user': { type: 'string', default: 'ffleet-control-plane' },
+      'run-as': { type: 'string' },
+    },
+  });
+}
+try {
+  values = parse().values;
+} catch (err) {
+  usage((err as Error).message);
+}
 
 const agentToken = process.env.FFLEET_AGENT_TOKEN;
 const internalToken = process.env.FFLEET_MQTT_INTERNAL_TOKEN;
-if (!values.dir || !values.agents || !agentToken || !internalToken) {
-  console.error(
-    'usage: FFLEET_AGENT_TOKEN=… FFLEET_MQTT_INTERNAL_TOKEN=… generate-config.ts --dir DIR --agents a,b[,…]',
-  );
-  process.exit(2);
-}
+if (!values.dir || !values.agents || !agentToken || !internalToken) usage();
+if (!/^\d+$/.test(values.port) || Number(values.port) < 1 || Number(values.port) > 65535)
+  usage(`--port must be a whole number from 1 to 65535, got "${values.port}"`);
 
 const result = await writeMosquittoConfig({
   dir: values.dir,

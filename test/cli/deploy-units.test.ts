@@ -1,6 +1,7 @@
 // The systemd units in deploy/systemd: what they promise operators depends on a few directives.
-import { execFileSync } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 
@@ -51,4 +52,42 @@ describe('deploy/systemd units', () => {
       },
     );
   });
+});
+
+describe('deploy/mosquitto/generate-config.ts', () => {
+  const generate = (args: string[]) => {
+    const r = spawnSync(
+      process.execPath,
+      ['--import', 'tsx', join(import.meta.dirname, '../../deploy/mosquitto/generate-config.ts'), ...args],
+      {
+        encoding: 'utf8',
+        env: {
+          ...process.env,
+          FFLEET_AGENT_TOKEN: 'agent-token-1',
+          FFLEET_MQTT_INTERNAL_TOKEN: 'internal-1',
+        },
+        timeout: 60_000,
+      },
+    );
+    return { code: r.status, stderr: r.stderr.trim() };
+  };
+
+  it('refuses a bad port or an unknown option with a line and its usage, exit code 2, writing nothing', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'ffleet-mosq-gen-'));
+    try {
+      for (const port of ['abc', '99999', '0', '1.5']) {
+        const r = generate(['--dir', dir, '--agents', 'enc-1', '--port', port]);
+        expect(r.code, port).toBe(2);
+        expect(r.stderr.split('\n')[0]).toBe(
+          `generate-config: --port must be a whole number from 1 to 65535, got "${port}"`,
+        );
+      }
+      const bogus = generate(['--dir', dir, '--agents', 'enc-1', '--bogus']);
+      expect(bogus.code).toBe(2);
+      expect(bogus.stderr).toMatch(/^generate-config: Unknown option '--bogus'.*\nusage: /s);
+      expect(readdirSync(dir)).toEqual([]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 120_000);
 });
