@@ -39,14 +39,22 @@ const DRAIN_FLUSH_MS = 30_000;
  * SIGTERM/SIGINT once: stop claiming, let running tasks finish, stop. Twice: kill running work and
  * hand it back to the queue, then stop.
  */
-export function onSignals(logger: Logger, graceful: () => Promise<void>, forced: () => Promise<void>): void {
+export function onSignals(
+  logger: Logger,
+  graceful: () => Promise<void>,
+  forced: () => Promise<void>,
+  /** False for a control plane without a local agent: it runs no tasks, so the lines do not mention them. */
+  runsTasks = true,
+): void {
   let count = 0;
   const handle = (sig: string) => {
     count += 1;
     if (count === 1) {
       logger.info(
         { signal: sig },
-        'shutting down: running tasks finish first (signal again to hand them back)',
+        runsTasks
+          ? 'shutting down: running tasks finish first (signal again to hand them back)'
+          : 'shutting down (signal again to stop at once)',
       );
       graceful().then(
         () => process.exit(0),
@@ -56,7 +64,10 @@ export function onSignals(logger: Logger, graceful: () => Promise<void>, forced:
         },
       );
     } else if (count === 2) {
-      logger.warn({ signal: sig }, 'forced shutdown: running tasks are handed back');
+      logger.warn(
+        { signal: sig },
+        runsTasks ? 'forced shutdown: running tasks are handed back' : 'forced shutdown',
+      );
       forced().then(
         () => process.exit(0),
         () => process.exit(1),

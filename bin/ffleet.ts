@@ -1,7 +1,12 @@
 import { Command, CommanderError } from 'commander';
-import { AgentConfigError, parseAgentConfig } from '../agent/src/config.ts';
+import { AGENT_ENV_VARS, AgentConfigError, parseAgentConfig } from '../agent/src/config.ts';
 import type { FleetAgent } from '../agent/src/fleet-agent.ts';
-import { ConfigError, type ControlPlaneConfig, parseConfig } from '../control-plane/src/config/config.ts';
+import {
+  CONTROL_PLANE_ENV_VARS,
+  ConfigError,
+  type ControlPlaneConfig,
+  parseConfig,
+} from '../control-plane/src/config/config.ts';
 import type { RunningControlPlane } from '../control-plane/src/control-plane.ts';
 import { VERSION } from '../control-plane/src/version.ts';
 import { agentStartFailed, EXIT_CONFIG, makeLogger, onSignals, runAgent } from './agent-main.ts';
@@ -138,7 +143,32 @@ async function runControlPlane(withLocalAgent: boolean): Promise<void> {
       await agent?.stop({ flushMs: 2_000 });
       await cp.stop();
     },
+    agent !== undefined,
   );
+}
+
+/** `--help`'s closing lines: the commands take no options, everything comes from the environment. */
+function configurationHelp(): string {
+  const wrap = (label: string, names: readonly string[]) => {
+    const lines: string[] = [];
+    let line = '';
+    for (const name of names) {
+      const next = line ? `${line}, ${name}` : name;
+      if (next.length > 90 && line) {
+        lines.push(`${line},`);
+        line = name;
+      } else line = next;
+    }
+    lines.push(line);
+    return lines.map((l, i) => `  ${(i === 0 ? label : '').padEnd(15)}${l}`).join('\n');
+  };
+  return [
+    '',
+    'Configuration comes from environment variables (README, "Configuration"):',
+    wrap('control plane', CONTROL_PLANE_ENV_VARS),
+    wrap('agent', AGENT_ENV_VARS),
+    'An invalid value stops ffleet with exit code 2 and one line naming every invalid variable.',
+  ].join('\n');
 }
 
 const program = new Command()
@@ -150,7 +180,9 @@ const program = new Command()
   .exitOverride()
   .configureOutput({
     writeErr: (s) => process.stderr.write(s.startsWith('error: ') ? `ffleet: ${s.slice(7)}` : s),
-  });
+  })
+  // The commands take no options: everything is configured through the environment.
+  .addHelpText('afterAll', configurationHelp);
 program
   .command('start')
   .description('all-in-one: control plane, embedded database and broker, one local agent')

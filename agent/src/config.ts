@@ -42,6 +42,9 @@ const EnvSchema = z.object({
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 });
 
+/** The variables an agent reads (`ffleet --help` lists them). */
+export const AGENT_ENV_VARS: readonly string[] = Object.keys(EnvSchema.shape);
+
 export type AgentConfig = {
   mqttUrl: string;
   token: string;

@@ -5,6 +5,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { sql } from 'drizzle-orm';
 import { afterAll, describe, expect, it } from 'vitest';
+import { AGENT_ENV_VARS } from '../../agent/src/config.ts';
+import { CONTROL_PLANE_ENV_VARS } from '../../control-plane/src/config/config.ts';
 import { openDatabase } from '../../control-plane/src/db/client.ts';
 import { findFreePort, OWN_VARS, REPO_ROOT } from '../fleet/support/processes.ts';
 import { postgresAvailable, TEST_PG_URL } from '../helpers/db.ts';
@@ -34,6 +36,15 @@ describe('ffleet usage and configuration errors', () => {
       expect(ffleet([...args]), args.join(' ')).toMatchObject({ code: 2, stderr: line });
     }
     expect(ffleet(['--version'])).toMatchObject({ code: 0 });
+  }, 120_000);
+
+  it('--help of the program and of each command names every variable the control plane and agents read', () => {
+    for (const args of [['--help'], ['agent', '--help'], ['start', '--help']]) {
+      const r = ffleet(args);
+      expect(r.code, args.join(' ')).toBe(0);
+      for (const name of [...CONTROL_PLANE_ENV_VARS, ...AGENT_ENV_VARS])
+        expect(r.stdout, `${args.join(' ')}: ${name}`).toMatch(new RegExp(`\\b${name}\\b`));
+    }
   }, 120_000);
 
   it('a database a newer ffleet migrated: one line naming it, exit code 2 (systemd does not restart)', async () => {

@@ -50,6 +50,9 @@ const EnvSchema = z.object({
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 });
 
+/** The variables the control plane reads (`ffleet --help` lists them). */
+export const CONTROL_PLANE_ENV_VARS: readonly string[] = Object.keys(EnvSchema.shape);
+
 export type ControlPlaneConfig = {
   port: number;
   host: string;

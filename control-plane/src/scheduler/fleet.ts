@@ -393,7 +393,12 @@ export class Fleet implements FleetHooks {
     const row = await recordBirth(this.#ctx.database.db, name, { ...birth, name }, this.#ctx.now());
     this.#agents.set(name, row);
     this.#log.info(
-      { agent: name, state: birth.state, transcoder: birth.transcoder?.version ?? null },
+      {
+        agent: name,
+        // The agents API shows a birth with `draining` (a first SIGTERM) as draining: so does this line.
+        state: birth.state === 'online' && birth.draining ? 'draining' : birth.state,
+        transcoder: birth.transcoder?.version ?? null,
+      },
       'agent presence',
     );
     if (row.online) await this.#sendConfig(row, true);
