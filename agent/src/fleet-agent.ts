@@ -160,6 +160,10 @@ export class FleetAgent {
     if (orphans.length)
       this.#log.warn({ groups: orphans }, 'killed processes a previous run of this agent left behind');
     await this.#outbox.start();
+    if (this.#cfg.slots === 0)
+      this.#log.warn(
+        'FFLEET_AGENT_SLOTS is 0: this agent claims no task until its slots are raised (PATCH /api/v1/agents/{id} {"slots": n})',
+      );
     const spawner = nativeSpawnStatus();
     if (spawner.available) this.#log.info('processes start through posix_spawn (native spawner)');
     else

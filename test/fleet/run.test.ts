@@ -187,6 +187,16 @@ describe('scheduling', () => {
     expect(ran).toEqual(['top', 'mid-1', 'mid-2', 'mid-3', 'zero', 'low']);
   });
 
+  it('warns at start that an agent with 0 slots claims nothing', async () => {
+    const idle = await c.startLocalAgent({ name: 'zero-slots', slots: 0 });
+    try {
+      const line = c.cpLines.find((l) => l.includes('FFLEET_AGENT_SLOTS is 0'));
+      expect(line && JSON.parse(line)).toMatchObject({ level: 40, agent: idle.name });
+    } finally {
+      await idle.stop();
+    }
+  });
+
   it('routes a task that requires a label only to the agent that has it', async () => {
     const gpu = await c.startLocalAgent({ name: 'gpu', slots: 1, labels: ['gpu'] });
     try {
