@@ -160,6 +160,7 @@ export class FleetAgent {
     if (orphans.length)
       this.#log.warn({ groups: orphans }, 'killed processes a previous run of this agent left behind');
     await this.#outbox.start();
+    await this.#handBackStranded();
     if (this.#cfg.slots === 0)
       this.#log.warn(
         'FFLEET_AGENT_SLOTS is 0: this agent claims no task until its slots are raised (PATCH /api/v1/agents/{id} {"slots": n})',
@@ -372,6 +373,54 @@ export class FleetAgent {
         held.set(r.taskId, { taskId: r.taskId, attempt: r.attempt, leaseToken: r.leaseToken });
     }
     return [...held.values()];
+  }
+
+  /**
+   * At start: the tasks a previous process of this agent was running when it died, i.e. whose newest
+   * report in the outbox is not a final one. That process is gone (one process holds an outbox, and its
+   * runs were killed above), so each goes back to the queue with a hand-back report after them. Left
+   * alone, the replay of the dead process's progress reports renewed their leases, and they stayed
+   * RUNNING until the lease ran out (30 s by default) instead of the hello's 5 s grace. A hand-back the
+   * control plane no longer matches (the task finished, or went to another attempt) changes nothing.
+   */
+  async #handBackStranded(): Promise<void> {
+    const newest = new Map<string, { report: TaskReport; topic: string }>();
+    for (const e of this.#outbox.list()) {
+      if (!e.topic.endsWith('/events')) continue;
+      const report = parseMessage(TaskReport, e.payload);
+      if (!report) continue;
+      const seen = newest.get(report.taskId);
+      if (
+        !seen ||
+        report.attempt > seen.report.attempt ||
+        (report.attempt === seen.report.attempt && report.seq > seen.report.seq)
+      )
+        newest.set(report.taskId, { report, topic: e.topic });
+    }
+    for (const { report, topic } of newest.values()) {
+      const status = report.kind === 'update' ? report.patch.status : undefined;
+      if (status && (isDoneStatus(status) || status === 'QUEUED')) continue;
+      const handBack: TaskReport = {
+        taskId: report.taskId,
+        attempt: report.attempt,
+        leaseToken: report.leaseToken,
+        seq: report.seq + 1,
+        kind: 'update',
+        patch: { status: 'QUEUED' },
+      };
+      const put = await this.#outbox.put(
+        `${handBack.taskId}:${handBack.attempt}:${handBack.seq}`,
+        topic,
+        JSON.stringify(handBack),
+      );
+      if (put.ok)
+        this.#log.warn(
+          { taskId: report.taskId, attempt: report.attempt },
+          'handing back a task the previous process of this agent was running',
+        );
+      else
+        this.#log.error({ taskId: report.taskId, error: put.error }, 'could not hand back a stranded task');
+    }
   }
 
   #free(): number {

@@ -97,4 +97,37 @@ describe('stops meeting a claim in flight', () => {
       await c.api.patch(`/api/v1/tasks/${task.id}/cancel`);
     }
   }, 60_000);
+
+  it("requeues at once the task an agent's killed process was running when a new process starts on its outbox", async () => {
+    const target = out('stranded.mp4');
+    const clip8 = await makeTestVideo(c.dir, 'media/clip8.mp4', 8);
+    const relay = await holdRelay(c.mqttUrl);
+    const first = await c.startAgent({ name: 'stranded', env: { MQTT_URL: relay.url } });
+    try {
+      const task = await c.api.createTask({
+        command: `-re ${ENCODE}`,
+        inputFile: clip8,
+        outputFile: target,
+        requires: [`agent:${c.agentName('stranded')}`],
+      });
+      await c.api.waitForTask(task.id, (t) => t.status === 'RUNNING' && t.progress > 0, 20_000);
+      // What the agent sends stops reaching the broker: its next progress reports stay in its outbox,
+      // never applied (the relay drops them with the connection).
+      relay.holdUp();
+      await sleep(2_000);
+      await first.terminate('SIGKILL');
+      relay.drop();
+      // A new process of the agent (systemd restarts it) on the same data dir: it replays the dead one's
+      // reports, whose lease renewals kept the task RUNNING for the whole lease (a minute here).
+      const killedAt = Date.now();
+      await c.startAgent({ name: 'stranded' });
+      const again = await c.api.waitForTask(task.id, (t) => t.attempt === 2, 20_000);
+      expect(Date.now() - killedAt).toBeLessThan(20_000);
+      expect(again.agent?.name).toBe(c.agentName('stranded'));
+      const done = await c.api.waitForTask(task.id, (t) => t.status.startsWith('DONE_'), 60_000);
+      expect(done).toMatchObject({ status: 'DONE_SUCCESSFUL', attempt: 2 });
+    } finally {
+      await relay.close();
+    }
+  }, 120_000);
 });
