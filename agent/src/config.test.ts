@@ -25,6 +25,20 @@ describe('parseAgentConfig', () => {
     );
   });
 
+  it('refuses a label that claims a capability the agent offers itself', () => {
+    for (const label of ['agent:encode-01', 'encoder:h264_nvenc', 'hwaccel:cuda', 'os:windows', 'arch:arm64'])
+      expect(() => parseAgentConfig({ ...base, FFLEET_AGENT_LABELS: `gpu,${label}` }), label).toThrow(
+        expect.objectContaining({
+          variable: 'FFLEET_AGENT_LABELS',
+          message: expect.stringContaining(`"${label}"`),
+        }),
+      );
+    expect(parseAgentConfig({ ...base, FFLEET_AGENT_LABELS: 'gpu,site:paris' }).labels).toEqual([
+      'gpu',
+      'site:paris',
+    ]);
+  });
+
   it('reads numbers in decimal only; a blank value is unset', () => {
     expect(parseAgentConfig({ ...base, FFLEET_AGENT_SLOTS: ' ' }).slots).toBe(2);
     expect(() =>

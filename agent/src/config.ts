@@ -1,7 +1,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { delimiter, isAbsolute, join, resolve } from 'node:path';
-import { AGENT_ID_RE, envError, envNumber, Label, MAX_SLOTS } from '@ffleet/shared';
+import { AGENT_ID_RE, envError, envNumber, Label, MAX_SLOTS, reservedLabelProblem } from '@ffleet/shared';
 import { z } from 'zod';
 
 /** Thrown for an invalid environment value; names the variable. */
@@ -74,6 +74,8 @@ export function parseAgentConfig(env: NodeJS.ProcessEnv): AgentConfig {
   for (const l of labels) {
     if (!Label.safeParse(l).success)
       throw new AgentConfigError('FFLEET_AGENT_LABELS', `invalid label ${JSON.stringify(l)}`);
+    const reserved = reservedLabelProblem(l);
+    if (reserved) throw new AgentConfigError('FFLEET_AGENT_LABELS', reserved);
   }
   const scriptDirs = e.FFLEET_AGENT_SCRIPT_DIRS.split(delimiter)
     .map((s) => s.trim())

@@ -90,14 +90,14 @@ describe('agent routes', () => {
     const resumed = await json(
       await t.call('PATCH', '/api/v1/agents/patch-me', {
         paused: false,
-        labels: ['gpu', 'encoder:hevc_nvenc'],
+        labels: ['gpu', 'fast-disk'],
         slots: 0,
       }),
     );
     expect(resumed).toMatchObject({
       paused: false,
       status: 'online',
-      labels: ['gpu', 'encoder:hevc_nvenc'],
+      labels: ['gpu', 'fast-disk'],
       slots: 0,
     });
     expect(rec.calls.workAvailable).toBeGreaterThan(work);
@@ -121,6 +121,12 @@ describe('agent routes', () => {
       [{ paused: 'yes' }, 'paused'],
       [{ labels: 'gpu' }, 'labels'],
       [{ labels: [''] }, 'labels.0'],
+      // What the box is and can do comes from the agent itself: a label may not claim it.
+      [{ labels: ['gpu', 'encoder:h264_nvenc'] }, 'labels.1'],
+      [{ labels: ['agent:encode-01'] }, 'labels.0'],
+      [{ labels: ['HWACCEL:cuda'] }, 'labels.0'],
+      [{ labels: ['os:windows'] }, 'labels.0'],
+      [{ labels: ['arch:arm64'] }, 'labels.0'],
       [{ name: 'rename' }, 'name'],
     ];
     const before = await countRows(t.db);

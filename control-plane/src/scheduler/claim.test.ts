@@ -72,6 +72,18 @@ describe.each(dbKinds)('claims on %s', (kind) => {
     expect(rest.map((r) => r.status)).toEqual(['QUEUED', 'QUEUED']);
   });
 
+  it('offers no label that claims a capability the agent reports itself (an older agent, an old override)', () => {
+    const caps = agentCapabilities({
+      name: 'box-1',
+      labels: ['gpu', 'agent:box-2', 'encoder:h264_nvenc', 'Hwaccel:cuda', 'os:windows', 'arch:arm64'],
+      encoders: ['libx264'],
+      hwaccels: [],
+      os: 'linux',
+      arch: 'amd64',
+    });
+    expect(caps).toEqual(['gpu', 'encoder:libx264', 'agent:box-1', 'os:linux', 'arch:amd64']);
+  });
+
   it('claims into PRE_PROCESSING at remaining 0 (its start) or into RUNNING at remaining -1 (unknown)', async () => {
     const agent = await insertAgent(t.db, {});
     const caps = agentCapabilities({ ...agent, labels: agent.reportedLabels });

@@ -1,4 +1,4 @@
-import type { ClaimedTask } from '@ffleet/shared';
+import { type ClaimedTask, reservedLabelProblem } from '@ffleet/shared';
 import { and, asc, eq, sql } from 'drizzle-orm';
 import { textArrayLiteral } from '../db/array-literal.ts';
 import type { Db } from '../db/client.ts';
@@ -155,7 +155,9 @@ export function agentCapabilities(a: {
   arch: string;
 }): string[] {
   return [
-    ...a.labels,
+    // A label claiming a reserved prefix (an older agent's, or one set before they were refused) offers
+    // nothing: what the box is and can do comes from its own report.
+    ...a.labels.filter((l) => reservedLabelProblem(l) === null),
     ...a.encoders.map((e) => `encoder:${e}`),
     ...a.hwaccels.map((h) => `hwaccel:${h}`),
     `agent:${a.name}`,

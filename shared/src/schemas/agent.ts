@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { Label, Millis } from './common.ts';
+import { AgentLabel, Millis } from './common.ts';
 
 /** `draining`: online but claiming nothing — paused by an operator, or shutting down (SIGTERM) until its tasks end. */
 export const AgentStatus = z.enum(['online', 'offline', 'draining']);
@@ -40,7 +40,7 @@ export type Agent = z.infer<typeof Agent>;
  */
 export const AgentPatch = z.strictObject({
   paused: z.boolean().optional(),
-  labels: z.array(Label).max(100).nullable().optional(),
+  labels: z.array(AgentLabel).max(100).nullable().optional(),
   slots: z.number().int().min(0).max(MAX_SLOTS).nullable().optional(),
 });
 export type AgentPatch = z.infer<typeof AgentPatch>;

@@ -137,3 +137,24 @@ export const Label = z
   .min(1)
   .max(100)
   .regex(/^[A-Za-z0-9_.:\-/]+$/, 'letters, digits and _ . : - / only');
+
+/**
+ * Prefixes of the capabilities an agent offers by itself (its name, what its ffmpeg can do on the box,
+ * its platform): a label may not claim one, or a box without NVENC could offer `encoder:h264_nvenc`
+ * and one env file copied between boxes (`agent:encode-01`) would pin that box's tasks to all of them.
+ */
+export const RESERVED_LABEL_PREFIXES = ['agent:', 'encoder:', 'hwaccel:', 'os:', 'arch:'] as const;
+
+/** Why `label` may not be an agent label, or null when it may. */
+export function reservedLabelProblem(label: string): string | null {
+  const prefix = RESERVED_LABEL_PREFIXES.find((p) => label.toLowerCase().startsWith(p));
+  return prefix
+    ? `"${label}": labels may not start with ${prefix} (the agent offers ${RESERVED_LABEL_PREFIXES.join(', ')} capabilities itself)`
+    : null;
+}
+
+/** A label an agent is given (FFLEET_AGENT_LABELS, PATCH /agents): a {@link Label} without a reserved prefix. */
+export const AgentLabel = Label.superRefine((label, ctx) => {
+  const problem = reservedLabelProblem(label);
+  if (problem) ctx.addIssue({ code: 'custom', message: problem });
+});
