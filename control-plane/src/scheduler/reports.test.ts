@@ -122,3 +122,39 @@ describe('a batch finished by agent reports', () => {
     expect(await finished()).toHaveLength(1);
   });
 });
+
+describe('reports from an agent whose clock is off', () => {
+  const t = useTestApp();
+
+  it("keeps the claim's startedAt and holds finishedAt between it and now", async () => {
+    for (const skewMs of [-300_000, 300_000]) {
+      const created = await json(await t.call('POST', '/api/v1/tasks', VALID.task()), 201);
+      const { claims, report } = await claimAsNewAgent(t, 1);
+      const claim = claims[0]!;
+      expect(claim.task.id).toBe(created.id);
+      const claimedAt = claim.task.startedAt;
+      expect(claimedAt).toBeGreaterThanOrEqual(created.createdAt);
+      // The agent stamps its own clock, `skewMs` off.
+      await report(claim, {
+        kind: 'update',
+        seq: 0,
+        patch: { status: 'RUNNING', startedAt: Date.now() + skewMs },
+      });
+      const running = await json(await t.call('GET', `/api/v1/tasks/${created.id}`));
+      expect(running.startedAt, `skew ${skewMs}`).toBe(claimedAt);
+      await report(claim, {
+        kind: 'update',
+        seq: 1,
+        patch: { status: 'DONE_SUCCESSFUL', progress: 100, finishedAt: Date.now() + skewMs },
+      });
+      const done = await json(await t.call('GET', `/api/v1/tasks/${created.id}`));
+      expect(done.startedAt).toBe(claimedAt);
+      // Behind: it finished when it started at the earliest. Ahead: not later than when it was told.
+      expect(done.finishedAt).toBeGreaterThanOrEqual(done.startedAt);
+      expect(done.finishedAt).toBeLessThanOrEqual(Date.now());
+      if (skewMs < 0) expect(done.finishedAt).toBe(claimedAt);
+      expect(done.createdAt).toBeLessThanOrEqual(done.startedAt);
+      expect(done.finishedAt).toBeLessThanOrEqual(done.updatedAt);
+    }
+  });
+});

@@ -1,5 +1,5 @@
 import { isDoneStatus, type LogText, type TaskPatch, type TaskReport, type TaskStatus } from '@ffleet/shared';
-import { and, eq, inArray, lt } from 'drizzle-orm';
+import { and, eq, inArray, lt, type SQL, sql } from 'drizzle-orm';
 import type { Db } from '../db/client.ts';
 import type { TaskRow } from '../db/mappers.ts';
 import { taskLogs, tasks } from '../db/schema.ts';
@@ -36,7 +36,8 @@ function columnsOf(p: TaskPatch): Partial<typeof tasks.$inferInsert> {
   if (p.progress !== undefined) set.progress = p.progress;
   if (p.remaining !== undefined) set.remaining = p.remaining;
   if (p.error !== undefined) set.error = p.error;
-  if (p.startedAt !== undefined) set.startedAt = p.startedAt;
+  // The task's startedAt is the claim's (the control plane's clock) and stays for the attempt; the
+  // agent's own is not taken. finishedAt: see finishedAtWithin.
   if (p.finishedAt !== undefined) set.finishedAt = p.finishedAt;
   if (p.name !== undefined) set.name = p.name;
   if (p.priority !== undefined) set.priority = p.priority;
@@ -114,6 +115,14 @@ function updateReportColumns(c: ReportCall, patch: TaskPatch, finished: boolean)
   });
 }
 
+/**
+ * The agent's finishedAt (its own clock) kept between the task's startedAt (the claim, this clock) and
+ * now: an encode box whose clock is behind had its tasks finish before they were created, ahead after
+ * they were read. `finished` is a placeholder or a value.
+ */
+const finishedAtWithin = (finished: unknown, now: unknown): SQL =>
+  sql`GREATEST(${tasks.startedAt}, LEAST(${finished}::bigint, ${now}::bigint))`;
+
 /** A patch of progress fields only (its event is marked progress-only for subscribers). */
 const isProgressOnly = (patch: TaskPatch): boolean => Object.keys(patch).every((k) => PROGRESS_KEYS.has(k));
 
@@ -165,6 +174,7 @@ function fencedUpdate<T>(
     seq: r.seq,
   };
   for (const k of cols) values[`set_${k}`] = set[k];
+  values.now = c.now;
   const key = `report:${returning}:${cols.join(',')}:${from?.join(',') ?? '*'}`;
   return runCached<T[]>(
     c.tx,
@@ -172,7 +182,14 @@ function fencedUpdate<T>(
     () => {
       const q = c.tx
         .update(tasks)
-        .set(Object.fromEntries(cols.map((k) => [k, ph(`set_${k}`)])) as Partial<typeof tasks.$inferInsert>)
+        .set(
+          Object.fromEntries(
+            cols.map((k) => [
+              k,
+              k === 'finishedAt' ? finishedAtWithin(ph('set_finishedAt'), ph('now')) : ph(`set_${k}`),
+            ]),
+          ) as Partial<typeof tasks.$inferInsert>,
+        )
         .where(
           and(
             eq(tasks.id, ph('id')),
@@ -277,7 +294,10 @@ async function applyClassified(c: ReportCall): Promise<ReportOutcome> {
     return { kind: 'rejected', reason: `illegal status move ${current} → ${next}` };
   }
   const finished = isDoneStatus(next);
-  await saveTaskChange(tx, ev, report.taskId, updateReportColumns(c, patch, finished), {
+  const columns = updateReportColumns(c, patch, finished);
+  if (typeof columns.finishedAt === 'number')
+    (columns as Record<string, unknown>).finishedAt = finishedAtWithin(columns.finishedAt, now);
+  await saveTaskChange(tx, ev, report.taskId, columns, {
     now,
     progressOnly: isProgressOnly(patch),
   });
