@@ -11,7 +11,7 @@ import {
   UNKNOWN_ID,
 } from '../../../test/api/support.ts';
 import { useTestApp } from '../../../test/helpers/app.ts';
-import { tasks } from '../db/schema.ts';
+import { agents, tasks } from '../db/schema.ts';
 
 describe('agent routes', () => {
   const rec = recordingFleet();
@@ -32,6 +32,29 @@ describe('agent routes', () => {
     const page = await readList(await t.call('GET', '/api/v1/agents?perPage=1'));
     expect(page.items).toHaveLength(1);
     expect(page.total).toBe(all.total);
+  });
+
+  it('pages through agents in a stable order, newest first, whatever their last_seen does meanwhile', async () => {
+    const names = ['page-a', 'page-b', 'page-c', 'page-d', 'page-e'];
+    const made = [];
+    // Joined after every other agent of this database (so they are the first pages), in this order.
+    const base = Date.now() + 1e9;
+    for (const [i, name] of names.entries())
+      made.push(await insertAgent(t.db, { name, online: true, lastSeen: i, createdAt: base + i }));
+    const seen: string[] = [];
+    for (let page = 0; page < 3; page++) {
+      const list = await readList<{ name: string }>(
+        await t.call('GET', `/api/v1/agents?perPage=2&page=${page}`),
+      );
+      seen.push(...list.items.map((a) => a.name).filter((n) => n.startsWith('page-')));
+      // The fleet's sweep stamps last_seen of online agents between two page requests.
+      for (const [i, a] of made.entries())
+        await t.db.db
+          .update(agents)
+          .set({ lastSeen: 1000 * (page + 1) + (i % 2 ? i : -i) })
+          .where(eq(agents.id, a.id));
+    }
+    expect(seen).toEqual([...names].reverse());
   });
 
   it('gets an agent by id or by name with its running tasks; unknown is 404', async () => {

@@ -40,7 +40,10 @@ export async function findAgentRow(db: Db, idOrName: string): Promise<AgentRow |
 export async function listAgents(ctx: ServiceContext, page: PageQuery) {
   const db = ctx.database.db;
   const { rows, total } = await paginate(
-    db.select().from(agents).orderBy(desc(agents.lastSeen), agents.name),
+    // Newest first, by when each agent first joined: a stable order, so paging visits every agent once.
+    // (By last_seen, which the sweep rewrites every few seconds, a walk of the pages skipped and repeated
+    // agents.)
+    db.select().from(agents).orderBy(desc(agents.createdAt), desc(agents.id)),
     db.select({ n: count() }).from(agents),
     page,
   );
