@@ -1,7 +1,7 @@
 // biome-ignore-all lint/suspicious/noTemplateCurlyInString: ${NAME} wildcards are literal text here, not template placeholders.
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { Writable } from 'node:stream';
-import { pino } from 'pino';
+import { type Logger, pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { listGroupMembers, listProcessesMentioning } from './fixtures/live-processes.ts';
 import { RecordingReporter } from './fixtures/recording-reporter.ts';
@@ -76,21 +76,24 @@ describe('runTask: progress of a shortened output', () => {
   });
 });
 
+/** A minute of real-time encoding: long enough to be canceled in the middle. */
+const LONG_ENCODE = '-re -f lavfi -i testsrc=duration=60:size=160x120:rate=25 -c:v mpeg4 -y ${OUTPUT_FILE}';
+
+/** A run of `command` writing `output`, with the controller that cancels it and the reporter it tells. */
+function cancelableRun(command: string, output: string, logger?: Logger) {
+  const controller = new AbortController();
+  const reporter = new RecordingReporter();
+  const run = fx.run(
+    { command: { raw: command, resolved: '' }, outputFile: { raw: output, resolved: '' } },
+    { signal: controller.signal, reporter, ...(logger ? { logger } : {}) },
+  );
+  return { controller, reporter, run };
+}
+
 describe('runTask: cancel', () => {
   it('kills the transcoder mid-run, removes the partial output and ends DONE_CANCELED', async () => {
-    const controller = new AbortController();
-    const reporter = new RecordingReporter();
     const output = fx.file('cancel', 'out.mp4');
-    const run = fx.run(
-      {
-        command: {
-          raw: '-re -f lavfi -i testsrc=duration=60:size=160x120:rate=25 -c:v mpeg4 -y ${OUTPUT_FILE}',
-          resolved: '',
-        },
-        outputFile: { raw: output, resolved: '' },
-      },
-      { signal: controller.signal, reporter },
-    );
+    const { controller, reporter, run } = cancelableRun(LONG_ENCODE, output);
     await waitFor(() => existsSync(output) && statSync(output).size > 0);
     expect(listProcessesMentioning(fx.dir).some((p) => p.cmdline.startsWith(FFMPEG))).toBe(true);
     const abortedAt = Date.now();
@@ -108,19 +111,11 @@ describe('runTask: cancel', () => {
   });
 
   it('keeps the output an earlier segment of a chain finished when a later segment is canceled', async () => {
-    const controller = new AbortController();
-    const reporter = new RecordingReporter();
     const output = fx.file('chain-cancel', 'first.mp4');
     const second = fx.file('chain-cancel', 'second.mkv');
-    const run = fx.run(
-      {
-        command: {
-          raw: '-f lavfi -i testsrc=duration=1:size=160x120:rate=25 -c:v mpeg4 -y ${OUTPUT_FILE} && ${FFMPEG} -re -f lavfi -i testsrc=duration=60:size=160x120:rate=25 -c:v mpeg4 -y ${OUTPUT_FILE_DIR}/second.mkv',
-          resolved: '',
-        },
-        outputFile: { raw: output, resolved: '' },
-      },
-      { signal: controller.signal, reporter },
+    const { controller, reporter, run } = cancelableRun(
+      '-f lavfi -i testsrc=duration=1:size=160x120:rate=25 -c:v mpeg4 -y ${OUTPUT_FILE} && ${FFMPEG} -re -f lavfi -i testsrc=duration=60:size=160x120:rate=25 -c:v mpeg4 -y ${OUTPUT_FILE_DIR}/second.mkv',
+      output,
     );
     await waitFor(() => existsSync(second) && statSync(second).size > 0, 15_000);
     const finished = readFileSync(output);
@@ -145,18 +140,7 @@ describe('runTask: cancel', () => {
         },
       }),
     );
-    const controller = new AbortController();
-    const reporter = new RecordingReporter();
-    const run = fx.run(
-      {
-        command: {
-          raw: '-re -f lavfi -i testsrc=duration=60:size=160x120:rate=25 -c:v mpeg4 -y ${OUTPUT_FILE}',
-          resolved: '',
-        },
-        outputFile: { raw: fx.file('handback', 'out.mp4'), resolved: '' },
-      },
-      { signal: controller.signal, reporter, logger },
-    );
+    const { controller, reporter, run } = cancelableRun(LONG_ENCODE, fx.file('handback', 'out.mp4'), logger);
     await waitFor(() => reporter.statuses().includes('RUNNING'));
     controller.abort(HANDED_BACK);
     const { result } = await run;
