@@ -556,9 +556,18 @@ export class FleetAgent {
     const { task, attempt, leaseToken } = claimed;
     if (!this.#transcoder) return;
     const current = this.#runs.get(task.id);
+    /** An answer delivered again (MQTT is at least once) for an attempt this process started. */
+    const repeated = () =>
+      this.#log.info(
+        { taskId: task.id, attempt },
+        'claim answer for an attempt already started here: ignored',
+      );
     if (current) {
-      // This attempt again (an answer delivered twice): it runs already.
-      if (current.claimed.attempt >= attempt) return;
+      // This attempt again: it runs still (its run may be between its process's exit and its end).
+      if (current.claimed.attempt >= attempt) {
+        repeated();
+        return;
+      }
       // An older attempt that lost its lease and is still being stopped (its cancel came with this
       // answer): this one starts once it is gone, rather than never (the task would wait a lease).
       const next = () => this.#startRun(claimed, lateMs);
@@ -567,10 +576,7 @@ export class FleetAgent {
     }
     const ran = this.#started.get(task.id);
     if (ran !== undefined && ran >= attempt) {
-      this.#log.info(
-        { taskId: task.id, attempt },
-        'claim answer for an attempt that already ran here: ignored',
-      );
+      repeated();
       return;
     }
     this.#started.delete(task.id);

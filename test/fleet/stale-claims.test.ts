@@ -41,14 +41,17 @@ describe('claim answers delivered twice or too late', () => {
     const target = out('answered-twice.mp4');
     const relay = await holdRelay(c.mqttUrl);
     try {
-      const agent = await c.startLocalAgent({ name: 'answered-twice', env: { MQTT_URL: relay.url } });
-      const held = relay.holdAfterNext('"type":"claim"');
+      // The task first, then its agent: the agent's first claim gets it, and that claim's answer is the one
+      // held. (With the agent first, a claim it sent on its timer just before the task existed could be
+      // answered with it before the hold began, under load: then nothing was held or delivered again.)
       const task = await c.api.createTask({
         command: ENCODE,
         inputFile: clip,
         outputFile: target,
-        requires: [`agent:${agent.name}`],
+        requires: [`agent:${c.agentName('answered-twice')}`],
       });
+      const held = relay.holdAfterNext('"type":"claim"');
+      await c.startLocalAgent({ name: 'answered-twice', env: { MQTT_URL: relay.url } });
       await held;
       // The agent hears the answer, but its acknowledgement (and its reports) never reach the broker.
       relay.holdUp();
@@ -70,7 +73,7 @@ describe('claim answers delivered twice or too late', () => {
       const done = await c.api.waitForTask(task.id, (t) => t.status.startsWith('DONE_'), 30_000);
       expect(done).toMatchObject({ status: 'DONE_SUCCESSFUL', attempt: 1 });
       await waitFor(
-        () => linesAbout(task.id, 'claim answer for an attempt that already ran here: ignored').length > 0,
+        () => linesAbout(task.id, 'claim answer for an attempt already started here: ignored').length > 0,
         15_000,
         'the answer delivered again to be dropped',
       );
@@ -86,17 +89,18 @@ describe('claim answers delivered twice or too late', () => {
     const target = out('answered-late.mp4');
     const relay = await holdRelay(c.mqttUrl);
     try {
-      const late = await c.startLocalAgent({
-        name: 'answered-late',
-        labels: ['stale-claims'],
-        env: { MQTT_URL: relay.url },
-      });
-      const held = relay.holdAfterNext('"type":"claim"');
+      // The task first, then its agent (see the test above).
       const task = await c.api.createTask({
         command: ENCODE,
         inputFile: clip,
         outputFile: target,
         requires: ['stale-claims'],
+      });
+      const held = relay.holdAfterNext('"type":"claim"');
+      const late = await c.startLocalAgent({
+        name: 'answered-late',
+        labels: ['stale-claims'],
+        env: { MQTT_URL: relay.url },
       });
       await held;
       await c.api.waitForTask(task.id, (t) => t.status === 'RUNNING', 10_000);
