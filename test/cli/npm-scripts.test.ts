@@ -7,22 +7,9 @@ import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { waitFor } from '../fleet/support/media.ts';
 import { descendantPids, findFreePort, OWN_VARS, REPO_ROOT } from '../fleet/support/processes.ts';
-
-const dir = mkdtempSync(join(tmpdir(), 'ffleet-npm-scripts-'));
-const groups: number[] = [];
-afterAll(() => {
-  for (const pgid of groups) {
-    try {
-      process.kill(-pgid, 'SIGKILL');
-    } catch {
-      // already gone
-    }
-  }
-  rmSync(dir, { recursive: true, force: true });
-});
 
 /** Alive and not a zombie. */
 function alive(pid: number): boolean {
@@ -36,6 +23,23 @@ function alive(pid: number): boolean {
 
 // The same run in both CI passes (it configures nothing external): once is enough.
 describe.skipIf(process.env.FFLEET_CI_PASS === 'services')('npm run scripts', () => {
+  // Made here, not at load: a skipped describe runs no hooks, and the directory stayed behind.
+  let dir = '';
+  const groups: number[] = [];
+  beforeAll(() => {
+    dir = mkdtempSync(join(tmpdir(), 'ffleet-npm-scripts-'));
+  });
+  afterAll(() => {
+    for (const pgid of groups) {
+      try {
+        process.kill(-pgid, 'SIGKILL');
+      } catch {
+        // already gone
+      }
+    }
+    rmSync(dir, { recursive: true, force: true });
+  });
+
   it('npm start hands SIGTERM to ffleet, which stops and leaves nothing running', async () => {
     const port = await findFreePort();
     const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !OWN_VARS.test(k)));
