@@ -28,7 +28,7 @@ import {
   runTask,
 } from './runner/index.ts';
 import { protectedDirs } from './runner/protected-paths.ts';
-import { AgentSession, type BirthInfo } from './session/agent-session.ts';
+import { AgentSession, type BirthInfo, reportKey } from './session/agent-session.ts';
 import type { SubmitResult, WatchFile, WatchState } from './watch/watch-scanner.ts';
 import type { WatchSupervisor } from './watch/watch-supervisor.ts';
 
@@ -408,11 +408,7 @@ export class FleetAgent {
         kind: 'update',
         patch: { status: 'QUEUED' },
       };
-      const put = await this.#outbox.put(
-        `${handBack.taskId}:${handBack.attempt}:${handBack.seq}`,
-        topic,
-        JSON.stringify(handBack),
-      );
+      const put = await this.#outbox.put(reportKey(handBack), topic, JSON.stringify(handBack));
       if (put.ok)
         this.#log.warn(
           { taskId: report.taskId, attempt: report.attempt },

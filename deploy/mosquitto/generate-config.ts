@@ -20,25 +20,23 @@ function usage(problem?: string): never {
   process.exit(2);
 }
 
-let values: ReturnType<typeof parse>['values'];
-function parse() {
-  return parseArgs({
-    options: {
-      dir: { type: 'string' },
-      agents: { type: 'string' },
-      port: { type: 'string', default: '1883' },
-      host: { type: 'string', default: '127.0.0.1' },
-      persistence: { type: 'string' },
-      'internal-user': { type: 'string', default: 'ffleet-control-plane' },
-      'run-as': { type: 'string' },
-    },
-  });
-}
-try {
-  values = parse().values;
-} catch (err) {
-  usage((err as Error).message);
-}
+const values = (() => {
+  try {
+    return parseArgs({
+      options: {
+        dir: { type: 'string' },
+        agents: { type: 'string' },
+        port: { type: 'string', default: '1883' },
+        host: { type: 'string', default: '127.0.0.1' },
+        persistence: { type: 'string' },
+        'internal-user': { type: 'string', default: 'ffleet-control-plane' },
+        'run-as': { type: 'string' },
+      },
+    }).values;
+  } catch (err) {
+    return usage((err as Error).message);
+  }
+})();
 
 const agentToken = process.env.FFLEET_AGENT_TOKEN;
 const internalToken = process.env.FFLEET_MQTT_INTERNAL_TOKEN;

@@ -131,11 +131,9 @@ function round2(value: number): number {
  * an optional `s`, `ms` or `us` unit. Seconds, or null for anything else.
  */
 export function parseTimeDuration(value: string): number | null {
-  const clock = /^(-?)(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)$/.exec(value);
-  if (clock) {
-    const s = Number(clock[2] ?? 0) * 3600 + Number(clock[3]) * 60 + Number(clock[4]);
-    return clock[1] === '-' ? -s : s;
-  }
+  // MM:SS is H:MM:SS without its hours.
+  if (value.includes(':'))
+    return parseClock(/^-?\d+:[^:]*$/.test(value) ? value.replace(/^(-?)/, '$10:') : value);
   const plain = /^(-?\d+(?:\.\d+)?)(s|ms|us)?$/.exec(value);
   if (!plain) return null;
   const n = Number(plain[1]);

@@ -70,6 +70,10 @@ const STOP_FLUSH_TIMEOUT_MS = 2_000;
  * Reports and durable requests go to the outbox first and leave it only when the control plane acks
  * them; they are published in call order, after any replay of older entries.
  */
+/** A report's key in the outbox, which its `ack` names: one per (task, attempt, seq). */
+export const reportKey = (r: { taskId: string; attempt: number; seq: number }): string =>
+  `${r.taskId}:${r.attempt}:${r.seq}`;
+
 export class AgentSession extends EventEmitter<SessionEvents> {
   readonly bootId: string;
   /** The broker URL without credentials, for logs. */
@@ -152,8 +156,7 @@ export class AgentSession extends EventEmitter<SessionEvents> {
 
   /** Store a task report in the outbox and publish it; `ok: false` means it is not on disk (sent best-effort). */
   publishReport(report: TaskReport): Promise<PutResult> {
-    const key = `${report.taskId}:${report.attempt}:${report.seq}`;
-    return this.sender.send(key, this.topic('events'), JSON.stringify(report));
+    return this.sender.send(reportKey(report), this.topic('events'), JSON.stringify(report));
   }
 
   /**
@@ -322,7 +325,7 @@ export class AgentSession extends EventEmitter<SessionEvents> {
       this.logger.warn({ topic, bytes: payload.length }, 'dropped malformed inbox message');
       return;
     }
-    if (msg.type === 'ack') this.sender.acknowledge(`${msg.taskId}:${msg.attempt}:${msg.seq}`);
+    if (msg.type === 'ack') this.sender.acknowledge(reportKey(msg));
     if (msg.type === 'request.result') this.sender.acknowledge(msg.requestId);
     if (msg.type === 'request.result' || msg.type === 'claim.result') this.waiters.deliver(msg);
     this.emitSafely('inbox', msg);

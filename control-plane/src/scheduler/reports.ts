@@ -174,7 +174,7 @@ function fencedUpdate<T>(
     seq: r.seq,
   };
   for (const k of cols) values[`set_${k}`] = set[k];
-  values.now = c.now;
+  if ('finishedAt' in set) values.now = c.now;
   const key = `report:${returning}:${cols.join(',')}:${from?.join(',') ?? '*'}`;
   return runCached<T[]>(
     c.tx,
