@@ -3,6 +3,7 @@ import { getConnInfo } from '@hono/node-server/conninfo';
 import { type Context, Hono } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import { matchedRoutes } from 'hono/route';
+import { databaseUnavailableReason, innermostMessage } from '../db/errors.ts';
 import type { EventBus } from '../events/event-bus.ts';
 import { EventHistory } from '../events/event-history.ts';
 import type { ServiceContext } from '../services/context.ts';
@@ -67,9 +68,12 @@ function tokenMatches(given: string, tokens: Buffer[]): boolean {
   return ok;
 }
 
-function problem(c: Context, err: HttpError) {
+function problem(c: Context, err: HttpError, headers: Record<string, string> = {}) {
   const body = problemBody(err.status, err.title, err.code, err.message, err.errors);
-  return c.body(JSON.stringify(body), err.status as 400, { 'Content-Type': 'application/problem+json' });
+  return c.body(JSON.stringify(body), err.status as 400, {
+    'Content-Type': 'application/problem+json',
+    ...headers,
+  });
 }
 
 /** Build the HTTP app. Never binds a port. */
@@ -85,6 +89,9 @@ export const isPublicPath = (path: string): boolean =>
   path === '/api/v1/openapi.json' ||
   path === '/api/v1/docs' ||
   path.startsWith('/api/v1/docs/');
+
+/** Seconds a client is asked to wait before retrying a request the database could not serve. */
+const DATABASE_RETRY_AFTER_S = 5;
 
 export function createApp(deps: AppDeps) {
   const app = new Hono<ApiEnv>();
@@ -192,6 +199,30 @@ export function createApp(deps: AppDeps) {
     if ((err as NodeJS.ErrnoException).code === 'ECONNRESET') {
       logger.debug({ err, requestId: c.get('requestId'), path: c.req.path }, 'request body aborted');
       return problem(c, new HttpError(400, 'REQUEST_ABORTED', 'Bad Request', 'the request body was cut off'));
+    }
+    // The database's fault, not the request's: a 503 the client may retry, and a short log line
+    // instead of the failed statement with its parameters.
+    const unavailable = databaseUnavailableReason(err);
+    if (unavailable) {
+      logger.error(
+        {
+          requestId: c.get('requestId'),
+          path: c.req.path,
+          reason: unavailable,
+          cause: innermostMessage(err),
+        },
+        'request failed: the database is unavailable',
+      );
+      return problem(
+        c,
+        new HttpError(
+          503,
+          'DATABASE_UNAVAILABLE',
+          'Service Unavailable',
+          `the database is unavailable (${unavailable}); retry the request later`,
+        ),
+        { 'Retry-After': String(DATABASE_RETRY_AFTER_S) },
+      );
     }
     logger.error({ err, requestId: c.get('requestId'), path: c.req.path }, 'unhandled error');
     return problem(

@@ -405,6 +405,10 @@ export function buildOpenApi(version: string) {
       responses['409'] = problem(idempotent ? 'Idempotency-Key reused with another body' : 'state conflict');
     }
     if (op.path === '/health') responses['503'] = { description: 'the database is unreachable' };
+    else if (op.path.startsWith('/api/v1/') && op.path !== '/api/v1/version')
+      responses['503'] = problem(
+        'the database is unavailable (unreachable, out of disk, shutting down); retry later',
+      );
     paths[op.path] ??= {};
     paths[op.path]![op.method] = {
       summary: op.summary,

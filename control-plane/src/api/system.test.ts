@@ -90,7 +90,16 @@ describe('operational routes', () => {
     for (const path of ['/api/v1/tasks', '/api/v1/batches']) {
       const post = doc.paths[path].post;
       expect(post.parameters.map((p: { name: string }) => p.name)).toContain('Idempotency-Key');
-      expect(Object.keys(post.responses).sort()).toEqual(['201', '400', '401', '409', '413', '415', '422']);
+      expect(Object.keys(post.responses).sort()).toEqual([
+        '201',
+        '400',
+        '401',
+        '409',
+        '413',
+        '415',
+        '422',
+        '503',
+      ]);
     }
   });
 

@@ -29,6 +29,7 @@ export const DEFAULT_STATEMENT_CACHE = 500;
 const IDLE = 0x49; // 'I'
 
 type Internals = {
+  readonly closed: boolean;
   serializers: Record<number, (x: unknown) => unknown>;
   parsers: Parsers;
   _runExclusiveQuery<T>(fn: () => Promise<T>): Promise<T>;
@@ -256,6 +257,9 @@ export class PgliteClient {
     options: QueryOptions | undefined,
     described: Field[] | null,
   ): Promise<Reply> {
+    // PGlite's own calls check this; its raw stream does not, and past close() it fails on a missing
+    // module instead ("Cannot read properties of undefined"), which reads like a bug, not a shutdown.
+    if (this.#pg.closed) throw new Error('PGlite is closed');
     const chunks: Uint8Array[] = [];
     await this.#pg.execProtocolRawStream(Buffer.concat(parts), {
       syncToFs: false,

@@ -1,0 +1,98 @@
+import postgres from 'postgres';
+import { describe, expect, it } from 'vitest';
+import { expectProblem, VALID } from '../../../test/api/support.ts';
+import { createTestApp } from '../../../test/helpers/app.ts';
+import { defaultDbKind, TEST_PG_URL } from '../../../test/helpers/db.ts';
+import { databaseUnavailableReason } from '../db/errors.ts';
+
+// The services pass (DATABASE_URL set) only: postgres.js takes its whole 5 s end() timeout to close a
+// pool one of whose connections the server terminated.
+const withPostgres = defaultDbKind() === 'postgres';
+
+/**
+ * A request the database cannot serve is the server's fault and temporary: 503 DATABASE_UNAVAILABLE
+ * with Retry-After, not an opaque 500, and the API serves again once the database is back.
+ */
+describe('the database unavailable under the API', () => {
+  it('503 with Retry-After once the embedded database is closed', async () => {
+    const t = await createTestApp({ kind: 'pglite' });
+    try {
+      await t.db.close();
+      for (const [method, path, body] of [
+        ['GET', '/api/v1/tasks', undefined],
+        ['POST', '/api/v1/tasks', VALID.task()],
+      ] as const) {
+        const res = await t.call(method, path, body);
+        expect(res.headers.get('retry-after')).toBe('5');
+        const p = await expectProblem(res, 503, 'DATABASE_UNAVAILABLE');
+        expect(p.detail).toContain('the embedded database is closed');
+      }
+    } finally {
+      await t.close().catch(() => {});
+    }
+  });
+
+  it.runIf(withPostgres)(
+    'PostgreSQL refusing connections: 503 naming the SQLSTATE, then served again when it is back',
+    async () => {
+      const t = await createTestApp({ kind: 'postgres' });
+      const name = new URL(t.db.url ?? '').pathname.slice(1);
+      const admin = postgres(TEST_PG_URL, { max: 1, onnotice: () => {} });
+      try {
+        expect((await t.call('GET', '/api/v1/tasks')).status).toBe(200);
+        await admin.unsafe(`ALTER DATABASE ${name} ALLOW_CONNECTIONS false`);
+        await admin`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = ${name}`;
+        for (const [method, path, body] of [
+          ['GET', '/api/v1/tasks', undefined],
+          ['POST', '/api/v1/tasks', VALID.task()],
+          ['GET', '/api/v1/agents', undefined],
+        ] as const) {
+          const res = await t.call(method, path, body);
+          expect(res.headers.get('retry-after')).toBe('5');
+          const p = await expectProblem(res, 503, 'DATABASE_UNAVAILABLE');
+          // The terminated connection (57P01, or the reset socket) or the refused reconnection (55000, FATAL).
+          expect(p.detail).toMatch(/SQLSTATE (57P01|55000)|ECONNRESET|CONNECTION_/);
+          expect(p.detail).not.toContain(name);
+        }
+        await admin.unsafe(`ALTER DATABASE ${name} ALLOW_CONNECTIONS true`);
+        expect((await t.call('GET', '/api/v1/tasks')).status).toBe(200);
+        expect((await t.call('POST', '/api/v1/tasks', VALID.task())).status).toBe(201);
+      } finally {
+        await admin.unsafe(`ALTER DATABASE ${name} ALLOW_CONNECTIONS true`).catch(() => {});
+        await admin.end();
+        await t.close();
+      }
+    },
+  );
+});
+
+describe('databaseUnavailableReason', () => {
+  const pgError = (code: string, severity = 'ERROR') =>
+    Object.assign(new Error('server said no'), { code, severity, name: 'PostgresError' });
+  const wrapped = (cause: unknown) => Object.assign(new Error('Failed query: select 1\nparams: '), { cause });
+
+  it('names what the server lacks or why it dropped the connection, under drizzle’s wrapper', () => {
+    expect(databaseUnavailableReason(wrapped(pgError('53100')))).toBe('disk full, SQLSTATE 53100');
+    expect(databaseUnavailableReason(wrapped(pgError('53300', 'FATAL')))).toBe(
+      'too many connections, SQLSTATE 53300',
+    );
+    expect(databaseUnavailableReason(pgError('57P01', 'FATAL'))).toBe('shutting down, SQLSTATE 57P01');
+    expect(databaseUnavailableReason(pgError('08006'))).toBe('connection failure, SQLSTATE 08006');
+    expect(databaseUnavailableReason(pgError('28P01', 'FATAL'))).toBe(
+      'connection refused by the server, SQLSTATE 28P01',
+    );
+    const refused = Object.assign(new Error('connect ECONNREFUSED 10.0.0.9:5432'), { code: 'ECONNREFUSED' });
+    expect(databaseUnavailableReason(wrapped(refused))).toBe('cannot reach it, ECONNREFUSED');
+    expect(
+      databaseUnavailableReason(wrapped(Object.assign(new Error('x'), { code: 'CONNECTION_CLOSED' }))),
+    ).toBe('cannot reach it, CONNECTION_CLOSED');
+  });
+
+  it('leaves the request’s own faults and bugs alone (they stay 4xx or 500)', () => {
+    expect(databaseUnavailableReason(wrapped(pgError('23505')))).toBeUndefined();
+    expect(databaseUnavailableReason(wrapped(pgError('22P02')))).toBeUndefined();
+    expect(databaseUnavailableReason(wrapped(pgError('55000')))).toBeUndefined();
+    expect(databaseUnavailableReason(new TypeError('x is undefined'))).toBeUndefined();
+    expect(databaseUnavailableReason(undefined)).toBeUndefined();
+  });
+});
