@@ -4,7 +4,9 @@
  */
 import { TaskCreate } from '@ffleet/shared';
 import { eq } from 'drizzle-orm';
+import postgres from 'postgres';
 import { describe, expect, it } from 'vitest';
+import { defaultDbKind, TEST_PG_URL } from '../../../test/helpers/db.ts';
 import { sampleBirth } from '../broker/test-brokers.ts';
 import { tasks } from '../db/schema.ts';
 import { createTask } from '../services/tasks.ts';
@@ -39,7 +41,7 @@ describe('leases across the control plane’s own absences', () => {
     await mqtt.request('a1', { type: 'claim', requestId: 'c1', max: 1 });
     const row = async () => (await database.db.select().from(tasks).where(eq(tasks.id, task.id)))[0]!;
     await poll(async () => (await row()).status === 'RUNNING', 5_000, 'claimed');
-    return { mqtt, records, row, task };
+    return { mqtt, records, row, task, database };
   }
 
   it('answers every report of a lost lease with a cancel, and logs them once', async () => {
@@ -78,6 +80,39 @@ describe('leases across the control plane’s own absences', () => {
     await poll(async () => (await row()).status === 'QUEUED', LEASE_TTL_MS + 5_000, 'requeued');
     expect((await row()).attempt).toBe(1);
   }, 20_000);
+
+  // The services pass only: an outage is made by refusing connections to the test's database (and
+  // postgres.js takes its 5 s end() timeout to close a pool the server cut).
+  it.runIf(defaultDbKind() === 'postgres')(
+    'expires no lease for the time the database was unavailable, and logs the outage once',
+    async () => {
+      const { records, row, database } = await fleetWithClaimedTask();
+      const name = new URL(database.url ?? '').pathname.slice(1);
+      const admin = postgres(TEST_PG_URL, { max: 1, onnotice: () => {} });
+      try {
+        await admin.unsafe(`ALTER DATABASE ${name} ALLOW_CONNECTIONS false`);
+        await admin`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = ${name}`;
+        // Longer than the lease: the agent's renewals meanwhile could not be stored.
+        await new Promise((r) => setTimeout(r, LEASE_TTL_MS * 2));
+        await admin.unsafe(`ALTER DATABASE ${name} ALLOW_CONNECTIONS true`);
+        await poll(
+          async () => records.some((r) => /the database is back/.test(r.msg)),
+          5_000,
+          'the database back',
+        );
+        expect(await row()).toMatchObject({ status: 'RUNNING', attempt: 1 });
+        expect((await row()).leaseExpiresAt).toBeGreaterThan(Date.now() + LEASE_TTL_MS / 2);
+        expect(records.filter((r) => /the database is unavailable: tasks/.test(r.msg))).toHaveLength(1);
+        expect(records.filter((r) => r.msg === 'sweep failed')).toEqual([]);
+        // Nothing heard from the agent after that: its lease runs out and the task is requeued.
+        await poll(async () => (await row()).status === 'QUEUED', LEASE_TTL_MS + 5_000, 'requeued');
+      } finally {
+        await admin.unsafe(`ALTER DATABASE ${name} ALLOW_CONNECTIONS true`).catch(() => {});
+        await admin.end();
+      }
+    },
+    30_000,
+  );
 
   it('gives running leases no less than an agent’s reconnect backoff after connecting', async () => {
     const { mqtt, row } = await fleetWithClaimedTask();

@@ -12,6 +12,7 @@ import { and, eq, sql } from 'drizzle-orm';
 import type { Logger } from 'pino';
 import type { ControlPlaneClient } from '../broker/control-plane-client.ts';
 import { unnestRows } from '../db/array-literal.ts';
+import { databaseUnavailableReason } from '../db/errors.ts';
 import { type AgentRow, effectiveLabels, effectiveSlots } from '../db/mappers.ts';
 import { agents, taskIsRunning, tasks, watchfolders } from '../db/schema.ts';
 import type { FleetHooks, ServiceContext } from '../services/context.ts';
@@ -164,6 +165,8 @@ export class Fleet implements FleetHooks {
    * outage longer than the TTL would requeue every healthy running task.
    */
   #listening = false;
+  /** When the database stopped serving the fleet's work (undefined while it serves). */
+  #databaseDownSince: number | undefined;
   /** Which processes hold each agent name: two live processes sharing one are told apart (name-claims.ts). */
   readonly #names = new NameClaims();
   /** Pending second halves of hello reconciliations (#requeueLost). */
@@ -299,7 +302,13 @@ export class Fleet implements FleetHooks {
   /** A failure of fleet work: an error, unless stop() was called (the database may be closing under it). */
   #failed(err: unknown, fields: Record<string, unknown>, msg: string): void {
     if (this.#stopped) this.#log.debug({ ...fields, err }, `${msg} (stopping)`);
-    else this.#log.error({ ...fields, err }, msg);
+    else {
+      // An outage is logged once by the sweep; each piece of work it fails gets a line without a stack.
+      const unavailable = databaseUnavailableReason(err);
+      if (unavailable)
+        this.#log.warn({ ...fields, reason: unavailable }, `${msg}: the database is unavailable`);
+      else this.#log.error({ ...fields, err }, msg);
+    }
   }
 
   // ---- FleetHooks (called by the API services) ----
@@ -862,6 +871,16 @@ export class Fleet implements FleetHooks {
   async #sweep(): Promise<void> {
     if (this.#stopped || !this.#listening) return;
     try {
+      if (this.#databaseDownSince !== undefined) {
+        // Agents kept renewing while the database was away, but none of it could be stored: as after
+        // a reconnect, silence proves nothing, so no lease expires for the outage.
+        await extendRunningLeases(this.#ctx, this.#ctx.now() + this.#o.leaseTtlMs);
+        this.#log.info(
+          { downMs: this.#ctx.now() - this.#databaseDownSince },
+          'the database is back: running leases extended, none expired for its absence',
+        );
+        this.#databaseDownSince = undefined;
+      }
       const r = await sweepExpiredLeases(this.#ctx);
       if (r.requeued.length || r.failed.length || r.canceled.length) {
         // Counts plus a sample: a mass expiry (e.g. after an outage) must not produce a megabyte log line.
@@ -890,7 +909,15 @@ export class Fleet implements FleetHooks {
         await this.assignWatchfolders();
       }
     } catch (err) {
-      this.#failed(err, {}, 'sweep failed');
+      const unavailable = databaseUnavailableReason(err);
+      if (!unavailable || this.#stopped) this.#failed(err, {}, 'sweep failed');
+      else if (this.#databaseDownSince === undefined) {
+        this.#databaseDownSince = this.#ctx.now();
+        this.#log.error(
+          { reason: unavailable },
+          'the database is unavailable: tasks are neither claimed nor finished until it is back, and no lease expires meanwhile',
+        );
+      }
     }
   }
 }
