@@ -81,11 +81,9 @@ describe.each(dbKinds)('hostile webhook receivers on %s', (kind) => {
     expect(byPath['/huge']!.response!.body).toHaveLength(MAX_RESPONSE_BODY_BYTES);
     expect(byPath['/huge']!.durationMs).toBeLessThan(TIMEOUT_MS);
 
-    expect(byPath['/drip']).toMatchObject({
-      success: false,
-      error: `timeout after ${TIMEOUT_MS} ms`,
-      response: { status: 200 },
-    });
+    // A 2xx is delivered even when its body outlives the timeout (the receiver has the event).
+    expect(byPath['/drip']).toMatchObject({ success: true, response: { status: 200 } });
+    expect(byPath['/drip']!.durationMs).toBeLessThan(TIMEOUT_MS + 1_000);
     expect(byPath['/drip']!.response!.body).toMatch(/^\.+$/);
 
     expect(byPath['/garbage']).toMatchObject({ success: false, error: 'HTTP 502' });
@@ -98,7 +96,7 @@ describe.each(dbKinds)('hostile webhook receivers on %s', (kind) => {
     const states = Object.fromEntries(
       (await listDeliveries(db)).map((d) => [new URL(d.url).pathname, d.state]),
     );
-    expect(states).toEqual({ '/huge': 'delivered', '/drip': 'pending', '/garbage': 'pending' });
+    expect(states).toEqual({ '/huge': 'delivered', '/drip': 'delivered', '/garbage': 'pending' });
     // Still alive and delivering after all that.
     await addWebhook(db, { event: 'watchfolder.deleted', url: `${receiver.url}/huge` });
     await emit(db, { event: 'watchfolder.deleted', data: { id: 'w' } });

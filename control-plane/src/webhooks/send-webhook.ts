@@ -157,10 +157,13 @@ export async function sendWebhook(opts: SendWebhookOptions): Promise<AttemptResu
       // Invalid UTF-8 becomes U+FFFD instead of failing the record.
       body: new TextDecoder('utf-8', { fatal: false }).decode(res.bytes),
     };
-    if (res.error) return fail(describeError(res.error, controller.signal, opts.timeoutMs), response);
+    // 2xx = delivered (CONTRACT), whatever becomes of the body after the status line: a receiver that
+    // answered 200 and then dropped the connection or dripped its body past the timeout has the event,
+    // and retrying it sent it up to four times. The record keeps the body as far as it was read.
     if (res.status >= 200 && res.status < 300) {
       return { ok: true, startedAt, request, response, durationMs: elapsed() };
     }
+    if (res.error) return fail(describeError(res.error, controller.signal, opts.timeoutMs), response);
     if (res.status >= 300 && res.status < 400) {
       const to = res.headers.location;
       return fail(
