@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { EventName } from '@ffleet/shared';
+import { sql } from 'drizzle-orm';
 import { beforeAll, describe, expect, it } from 'vitest';
 import {
   countRows,
@@ -13,6 +14,7 @@ import {
 } from '../../../test/api/support.ts';
 import { useTestApp } from '../../../test/helpers/app.ts';
 import { deliveries, webhookExecutions } from '../db/schema.ts';
+import { claimDeliveries } from '../webhooks/claim-deliveries.ts';
 import { queueRedelivery } from '../webhooks/redeliver.ts';
 
 describe('webhook routes', () => {
@@ -360,7 +362,17 @@ describe('webhook execution routes', () => {
     );
     const queued = await json(await t.call('POST', `/api/v1/webhooks/executions/${exec}/redeliver`), 202);
     expect(queued).toMatchObject({ webhook: w.id, source: 'global', url: 'http://127.0.0.1:9/moved' });
-    expect(await secretOf(queued.deliveryId)).toBe('second-secret');
+    // No secret is stored on a delivery; the claim signs with the webhook's current one.
+    expect(await secretOf(queued.deliveryId)).toBeNull();
+    const claimed = await claimDeliveries(t.db, {
+      now: Date.now() + 1,
+      limit: 10,
+      leaseMs: 1_000,
+      perUrlLimit: 10,
+      inFlightByUrl: {},
+    });
+    expect(claimed.find((d) => d.id === queued.deliveryId)).toMatchObject({ secret: 'second-secret' });
+    await t.db.rows(t.db.db, sql`UPDATE deliveries SET locked_until = 0`);
 
     expect((await t.call('DELETE', `/api/v1/webhooks/${w.id}`)).status).toBe(204);
     const p = await expectProblem(

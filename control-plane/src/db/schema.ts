@@ -240,17 +240,23 @@ export const deliveries = pgTable(
     lastError: text('last_error').notNull().default(''),
     createdAt: ms('created_at'),
     updatedAt: ms('updated_at'),
+    /**
+     * Creation order, exact: the events of one task applied in one group commit share a millisecond
+     * of `created_at`, and ordering them by their random ids delivered a task's DONE before its last
+     * RUNNING. Rows are numbered in the order their events were emitted (eventsStatement).
+     */
+    seq: bigint('seq', { mode: 'number' }).notNull().generatedAlwaysAsIdentity(),
   },
   (t) => [
     index('deliveries_due_idx').on(t.nextAttemptAt).where(sql`state = 'pending'`),
     index('deliveries_task_idx').on(t.taskId, t.url),
     // A webhook's PUT (new target) and DELETE (drop what is left) touch its pending rows only.
     index('deliveries_webhook_pending_idx').on(t.webhookId).where(sql`state = 'pending'`),
-    // Coalescing looks up a target's pending and last-delivered progress deliveries.
-    index('deliveries_pending_target_idx').on(t.taskId, t.url, t.createdAt).where(sql`state = 'pending'`),
+    // Coalescing looks up a target's pending and last-attempted progress deliveries.
+    index('deliveries_pending_target_idx').on(t.taskId, t.url, t.seq).where(sql`state = 'pending'`),
     index('deliveries_progress_sent_idx')
       .on(t.taskId, t.url, t.updatedAt)
-      .where(sql`progress_only AND state = 'delivered'`),
+      .where(sql`progress_only AND attempts > 0`),
   ],
 );
 

@@ -65,15 +65,16 @@ export function eventsStatement(items: readonly PendingEvent[], before?: RawStat
     const base = before?.params.length ?? 0;
     const [events, directIds, directUrls] = [base + 1, base + 2, base + 3];
     // The deliveries (`dl`: one per global subscription, one per direct webhook) decide which events
-    // are stored: exactly those they point at. Delivery ids are random v4 UUIDs, like randomUUID().
-    text = `WITH ${head}ev(id, event, payload, created_at, task_id, progress_only) AS (
-  SELECT (e->'p'->>'id')::uuid, e->'p'->>'event', e->'p', (e->>'n')::bigint, (e->>'t')::uuid, (e->>'g')::boolean
+    // are stored: exactly those they point at. Delivery ids are random v4 UUIDs, like randomUUID(); rows
+    // are inserted in the order the events were emitted, which numbers their `seq` (delivery order).
+    text = `WITH ${head}ev(id, event, payload, created_at, task_id, progress_only, ord) AS (
+  SELECT (e->'p'->>'id')::uuid, e->'p'->>'event', e->'p', (e->>'n')::bigint, (e->>'t')::uuid, (e->>'g')::boolean, e.ord
   FROM jsonb_array_elements(CASE WHEN cardinality($${directIds}::uuid[]) > 0 OR EXISTS (SELECT 1 FROM webhooks)
-    THEN $${events}::jsonb ELSE '[]'::jsonb END) AS e
-), dl(event_id, event, webhook_id, source, url, secret, task_id, progress_only, created_at) AS (
-  SELECT ev.id, ev.event, w.id, 'global', w.url, w.secret, ev.task_id, ev.progress_only, ev.created_at
+    THEN $${events}::jsonb ELSE '[]'::jsonb END) WITH ORDINALITY AS e(e, ord)
+), dl(event_id, event, webhook_id, source, url, secret, task_id, progress_only, created_at, ord) AS (
+  SELECT ev.id, ev.event, w.id, 'global', w.url, NULL::text, ev.task_id, ev.progress_only, ev.created_at, ev.ord
     FROM ev JOIN webhooks w ON w.event = ev.event
-  UNION ALL SELECT ev.id, ev.event, NULL::uuid, 'direct', d.url, NULL::text, ev.task_id, ev.progress_only, ev.created_at
+  UNION ALL SELECT ev.id, ev.event, NULL::uuid, 'direct', d.url, NULL::text, ev.task_id, ev.progress_only, ev.created_at, ev.ord
     FROM unnest($${directIds}::uuid[], $${directUrls}::text[]) AS d(event_id, url) JOIN ev ON ev.id = d.event_id
 ), ins AS (
   INSERT INTO events (id, event, payload, created_at)
@@ -82,7 +83,7 @@ export function eventsStatement(items: readonly PendingEvent[], before?: RawStat
 INSERT INTO deliveries (id, event_id, event, webhook_id, source, url, secret, task_id, progress_only,
   next_attempt_at, created_at, updated_at)
 SELECT gen_random_uuid(), event_id, event, webhook_id, source, url, secret, task_id, progress_only,
-  created_at, created_at, created_at FROM dl`;
+  created_at, created_at, created_at FROM dl ORDER BY ord`;
     if (eventTexts.size < 1000) eventTexts.set(head, text);
   }
   // Per event: its payload, created_at, task id and progressOnly, as one JSON array.

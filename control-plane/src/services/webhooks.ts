@@ -70,12 +70,13 @@ export async function updateWebhook(ctx: ServiceContext, id: string, input: Webh
       .where(
         and(eq(deliveries.webhookId, id), eq(deliveries.state, 'pending'), ne(deliveries.event, row.event)),
       );
-    // Deliveries still to be (re)tried go to the webhook as it is now. Kept on the rows, not only
+    // Deliveries still to be (re)tried go to the webhook as it is now (its secret is read when they are
+    // claimed and never stored on them). The URL is kept on the rows, not only
     // looked up when claimed (claim-deliveries.ts), because a row's URL is part of its target: the
     // one-at-a-time order of a task's deliveries and progress coalescing compare it.
     await tx
       .update(deliveries)
-      .set({ url: row.url, secret: row.secret })
+      .set({ url: row.url })
       .where(and(eq(deliveries.webhookId, id), eq(deliveries.state, 'pending')));
     const w = toWebhook(row);
     await ev.emit({ event: 'webhook.updated', data: w, now });

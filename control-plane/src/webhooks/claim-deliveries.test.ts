@@ -3,6 +3,8 @@ import { sql } from 'drizzle-orm';
 import { afterEach, describe, expect, it } from 'vitest';
 import { openTestDatabase, type TestDatabase } from '../../../test/helpers/db.ts';
 import { addWebhook, dbKinds, emit, listDeliveries, taskData } from '../../../test/webhooks/fixtures.ts';
+import type { Db } from '../db/client.ts';
+import { EmittedEvents } from '../events/outbox.ts';
 import {
   type ClaimedDelivery,
   type ClaimOptions,
@@ -75,6 +77,55 @@ describe.each(dbKinds)('claimDeliveries on %s', (kind) => {
     expect((await claim(T0 + 30)).map((d) => dataOf(d).status)).toEqual(['RUNNING']);
   });
 
+  it('sends a task’s events of one millisecond in the order they were emitted', async () => {
+    db = await openTestDatabase(kind);
+    await addWebhook(db, { event: 'task.updated', url: 'http://a.test/' });
+    // As a group commit applies two reports of each task: one statement, one `now` for all.
+    const ids = Array.from({ length: 24 }, () => randomUUID());
+    await db.db.transaction((tx) =>
+      new EmittedEvents(tx as unknown as Db).emitMany(
+        ids.flatMap((taskId) =>
+          ['RUNNING', 'DONE_SUCCESSFUL'].map((status) => ({
+            event: 'task.updated' as const,
+            data: taskData(taskId, status),
+            taskId,
+            now: T0,
+          })),
+        ),
+      ),
+    );
+    const first = await claim(T0 + 10, { limit: 100, perUrlLimit: 100 });
+    // Ordered by their random ids, about half of the tasks had their DONE go first.
+    expect(first.map((d) => dataOf(d).status)).toEqual(ids.map(() => 'RUNNING'));
+    await db.rows(
+      db.db,
+      sql`UPDATE deliveries SET state = 'delivered', locked_until = 0 WHERE state = 'pending'
+      AND locked_until > 0`,
+    );
+    const second = await claim(T0 + 20, { limit: 100, perUrlLimit: 100 });
+    expect(second.map((d) => dataOf(d).status)).toEqual(ids.map(() => 'DONE_SUCCESSFUL'));
+  });
+
+  it('holds progress for 5 s after the last progress attempt also when that attempt failed', async () => {
+    db = await openTestDatabase(kind);
+    await addWebhook(db, { event: 'task.updated', url: 'http://a.test/' });
+    const task = randomUUID();
+    await update(task, 'RUNNING', T0, true, 10);
+    const [p10] = await claim(T0 + 10);
+    // The receiver failed it: a retry is due in 3 s.
+    await db.rows(
+      db.db,
+      sql`UPDATE deliveries SET attempts = 1, locked_until = 0, next_attempt_at = ${T0 + 3_020},
+        updated_at = ${T0 + 20} WHERE id = ${p10!.id}`,
+    );
+    await update(task, 'RUNNING', T0 + 100, true, 20);
+    // Newer progress supersedes the failed one, but waits out the window of that attempt.
+    expect(await claim(T0 + 200)).toEqual([]);
+    expect((await listDeliveries(db)).map((d) => d.state)).toEqual(['superseded', 'pending']);
+    expect(await claim(T0 + 5_100)).toEqual([]);
+    expect((await claim(T0 + 5_201)).map((d) => dataOf(d).progress)).toEqual([20]);
+  });
+
   it('supersedes older progress by anything newer and holds progress for 5 s after the last one', async () => {
     db = await openTestDatabase(kind);
     await addWebhook(db, { event: 'task.updated', url: 'http://a.test/' });
@@ -86,7 +137,7 @@ describe.each(dbKinds)('claimDeliveries on %s', (kind) => {
     expect((await listDeliveries(db)).map((d) => d.state)).toEqual(['superseded', 'pending']);
     await db.rows(
       db.db,
-      sql`UPDATE deliveries SET state = 'delivered', locked_until = 0, updated_at = ${T0 + 20} WHERE id = ${p20!.id}`,
+      sql`UPDATE deliveries SET state = 'delivered', attempts = 1, locked_until = 0, updated_at = ${T0 + 20} WHERE id = ${p20!.id}`,
     );
 
     await update(task, 'RUNNING', T0 + 100, true, 30);

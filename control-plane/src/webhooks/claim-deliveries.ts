@@ -52,10 +52,10 @@ const sameTarget = (a: string, b: string) =>
   );
 
 /**
- * Creation order of deliveries. `created_at` is in milliseconds, so deliveries of one target written in
- * the same millisecond fall back to id order (see the report: a `seq` identity column would make this exact).
+ * Creation order of deliveries: their `seq`. (`created_at` is in milliseconds, and the events of one
+ * task applied in one group commit share one, so a task's DONE could go out before its last RUNNING.)
  */
-const before = (a: string, b: string) => sql.raw(`(${a}.created_at, ${a}.id) < (${b}.created_at, ${b}.id)`);
+const before = (a: string, b: string) => sql.raw(`${a}.seq < ${b}.seq`);
 
 /** Is any delivery due and unleased? One probe of the partial due index; the poll's idle cost. */
 export async function hasDueDeliveries(database: Database, now: number): Promise<boolean> {
@@ -92,17 +92,20 @@ type Row = {
  * Ordering: deliveries of one task to one target go one at a time in creation order: a row is eligible
  * only when no older row of its target is still pending — except an older unclaimed progress-only row,
  * which this same statement supersedes. A progress-only row also waits until PROGRESS_WINDOW_MS have
- * passed since its target last received a progress-only delivery.
+ * passed since its target's last progress-only attempt, delivered or not (a receiver failing them got
+ * every newer progress at once, ~2 per s per running task, when only delivered ones counted; a
+ * superseded row's `updated_at` is its superseding, so the window may start up to that much later).
  *
  * Fairness: at most `perUrlLimit` attempts per URL (counting those in flight), so one slow receiver
  * never takes every slot. Ranking runs over a bounded scan of the oldest candidates (`ranked`,
  * materialized so it is computed once) to keep the statement cheap with a large backlog; saturated
  * URLs are excluded before the scan.
  *
- * Target: a global webhook's deliveries go to the webhook as it is now. The rows carry the URL and
- * secret copied when they were written (and updateWebhook rewrites those of pending rows), but a change
- * can commit between a row's insert and its claim, so the claim joins `webhooks`, sends with its URL
- * and secret and writes them back to the row. A picked row whose webhook is gone (deleted while the
+ * Target: a global webhook's deliveries go to the webhook as it is now. The rows carry the URL copied
+ * when they were written (and updateWebhook rewrites that of pending rows), but a change can commit
+ * between a row's insert and its claim, so the claim joins `webhooks`, sends with its URL and secret and
+ * writes the URL back to the row. A secret is never stored on a delivery (finished rows are kept for
+ * days, and a rotated or deleted webhook's secret stayed in them). A picked row whose webhook is gone (deleted while the
  * row was being written) is failed here instead of claimed; deleteWebhook fails the others.
  *
  * Locking: the picked rows are locked `FOR UPDATE SKIP LOCKED` (rows another replica is claiming are
@@ -132,11 +135,11 @@ export async function claimDeliveries(database: Database, opts: ClaimOptions): P
         FOR UPDATE SKIP LOCKED)
       RETURNING s.id
     ), ranked AS MATERIALIZED (
-      SELECT e.id, e.next_attempt_at, e.created_at,
-        row_number() OVER (PARTITION BY e.url ORDER BY e.next_attempt_at, e.created_at, e.id) AS rank,
+      SELECT e.id, e.next_attempt_at, e.seq,
+        row_number() OVER (PARTITION BY e.url ORDER BY e.next_attempt_at, e.seq) AS rank,
         ${opts.perUrlLimit} - coalesce((${inFlight}::jsonb ->> e.url)::int, 0) AS room
       FROM (
-        SELECT e.id, e.url, e.next_attempt_at, e.created_at FROM deliveries e
+        SELECT e.id, e.url, e.next_attempt_at, e.seq FROM deliveries e
         WHERE e.state = 'pending' AND e.next_attempt_at <= ${now} AND e.locked_until <= ${now}
           AND coalesce((${inFlight}::jsonb ->> e.url)::int, 0) < ${opts.perUrlLimit}
           AND (e.task_id IS NULL OR NOT EXISTS (
@@ -147,15 +150,15 @@ export async function claimDeliveries(database: Database, opts: ClaimOptions): P
             NOT EXISTS (SELECT 1 FROM deliveries n
                         WHERE ${sameTarget('n', 'e')} AND n.state = 'pending' AND ${before('e', 'n')})
             AND NOT EXISTS (SELECT 1 FROM deliveries l
-                            WHERE ${sameTarget('l', 'e')} AND l.progress_only AND l.state = 'delivered'
-                              AND l.updated_at > ${windowStart})))
+                            WHERE ${sameTarget('l', 'e')} AND l.progress_only AND l.attempts > 0
+                              AND l.updated_at > ${windowStart} AND l.id <> e.id)))
         ORDER BY e.next_attempt_at
         LIMIT ${scanLimit}
       ) e
     ), picked AS (
       SELECT c.id, c.webhook_id, c.event FROM ranked r JOIN deliveries c ON c.id = r.id
       WHERE r.rank <= r.room AND c.state = 'pending' AND c.locked_until <= ${now}
-      ORDER BY r.next_attempt_at, r.created_at, r.id
+      ORDER BY r.next_attempt_at, r.seq
       LIMIT ${limit}
       FOR UPDATE OF c SKIP LOCKED
     ), orphaned AS (
@@ -167,11 +170,11 @@ export async function claimDeliveries(database: Database, opts: ClaimOptions): P
         AND NOT EXISTS (SELECT 1 FROM webhooks w WHERE w.id = p.webhook_id AND w.event = p.event)
       RETURNING o.id
     )
-    UPDATE deliveries d SET locked_until = ${lease}, updated_at = ${now},
-      url = coalesce(w.url, d.url), secret = CASE WHEN w.id IS NULL THEN d.secret ELSE w.secret END
+    UPDATE deliveries d SET locked_until = ${lease}, updated_at = ${now}, url = coalesce(w.url, d.url)
     FROM picked p LEFT JOIN webhooks w ON w.id = p.webhook_id AND w.event = p.event
     WHERE d.id = p.id AND (p.webhook_id IS NULL OR w.id IS NOT NULL)
-    RETURNING d.id, d.event_id, d.event, d.webhook_id, d.source, d.url, d.secret, d.task_id, d.progress_only,
+    RETURNING d.id, d.event_id, d.event, d.webhook_id, d.source, d.url,
+      CASE WHEN w.id IS NULL THEN d.secret ELSE w.secret END AS secret, d.task_id, d.progress_only,
       d.attempts, (SELECT ev.payload FROM events ev WHERE ev.id = d.event_id) AS payload`,
   );
   return rows.map((r) => ({

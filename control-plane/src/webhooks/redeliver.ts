@@ -50,7 +50,7 @@ export async function queueRedelivery(
     INSERT INTO deliveries (id, event_id, event, webhook_id, source, url, secret, task_id, progress_only, state,
       attempts, next_attempt_at, locked_until, last_error, created_at, updated_at)
     SELECT ${randomUUID()}::uuid, d.event_id, d.event, d.webhook_id, d.source, coalesce(w.url, d.url),
-      CASE WHEN d.webhook_id IS NULL THEN d.secret ELSE w.secret END,
+      CASE WHEN d.webhook_id IS NULL THEN d.secret END,
       d.task_id, false, 'pending', 0, ${now}::bigint, 0, '', ${now}::bigint, ${now}::bigint
     FROM webhook_executions x
     JOIN deliveries d ON d.id = x.delivery_id
