@@ -15,9 +15,11 @@ import {
 } from '@ffleet/shared';
 import type { Logger } from 'pino';
 import type { AgentConfig } from './config.ts';
+import { ContactWatch } from './contact-watch.ts';
 import { killOrphanedRuns, RUN_MARK_VAR, runMark } from './orphans.ts';
 import { Outbox } from './outbox/outbox.ts';
 import {
+  CANCELED_KEEP_OUTPUT,
   coalescingReporter,
   FENCED_OUT,
   HANDED_BACK,
@@ -39,6 +41,12 @@ import type { WatchSupervisor } from './watch/watch-supervisor.ts';
  * plane: at 2 s, 500 idle agents cost it 250 transactions a second.
  */
 const CLAIM_POLL_MS = 10_000;
+/**
+ * An operator's cancel read within this long after this agent was out of touch (frozen, disconnected)
+ * stops the run but keeps its partial output: the control plane finishes a cancel or a DELETE without
+ * an agent that does not answer (after the lease, or 3 s), and the path may be new work's by now.
+ */
+const LATE_CANCEL_MS = 5_000;
 /** A claim request unanswered this long is given up (the next poll asks again). */
 const CLAIM_TIMEOUT_MS = 5_000;
 /** Unanswered claim requests whose send time is kept (answers to older ones are taken as on time). */
@@ -114,6 +122,9 @@ export class FleetAgent {
   #watchLoading: Promise<void> | null = null;
   #claimTimer: NodeJS.Timeout | null = null;
   #pollTimer: NodeJS.Timeout | null = null;
+  /** Spells out of touch with the control plane (frozen, disconnected): see #onInbox's task.cancel. */
+  #contact: ContactWatch | null = null;
+  #everConnected = false;
   #lastState = new Map<string, { at: number; error: string }>();
   /** Report writes not yet on disk: stop() waits for them, or a drain would exit before its result is sent. */
   readonly #puts = new Set<Promise<unknown>>();
@@ -188,8 +199,18 @@ export class FleetAgent {
     this.#session = session;
     session.on('inbox', (m) => this.#onInbox(m));
     session.on('work', () => this.#claim());
+    this.#contact = new ContactWatch({
+      onStall: (ms) =>
+        this.#log.warn(
+          { stalledMs: Math.round(ms) },
+          'this agent did not run for a while (stopped or starved)',
+        ),
+    });
     session.on('connection', (up) => {
-      if (up) this.#claim();
+      if (!up) return;
+      if (this.#everConnected) this.#contact?.reconnected();
+      this.#everConnected = true;
+      this.#claim();
     });
     session.start();
     this.#pollTimer = setInterval(() => this.#claim(), CLAIM_POLL_MS);
@@ -235,6 +256,7 @@ export class FleetAgent {
     for (const r of this.#runs.values()) r.abort.abort(FENCED_OUT);
     await Promise.allSettled([...this.#runs.values()].map((r) => r.done));
     await this.#session?.stop({ graceful: false, silent: true });
+    this.#contact?.stop();
     await this.#outbox.stop();
     this.#onRefused?.(reason);
   }
@@ -275,6 +297,7 @@ export class FleetAgent {
       await new Promise((r) => setTimeout(r, 50));
     }
     await this.#session?.stop({ graceful: true });
+    this.#contact?.stop();
     await this.#outbox.stop();
   }
 
@@ -504,10 +527,21 @@ export class FleetAgent {
       case 'task.cancel': {
         const r = this.#runs.get(m.taskId);
         if (r && r.claimed.attempt === m.attempt) {
-          this.#log.info({ taskId: m.taskId, attempt: m.attempt, reason: m.reason }, 'cancel');
           // 'canceled' is an operator's cancel; any other reason means this attempt lost its lease and
-          // another one owns the task (and its output) now.
-          r.abort.abort(m.reason === 'canceled' ? undefined : FENCED_OUT);
+          // another one owns the task (and its output) now. An operator's cancel read just after a spell
+          // out of touch may be that old: the control plane may have finished the cancel without us
+          // meanwhile and given the output path to new work, so the run stops but its output stays.
+          const late = m.reason === 'canceled' && (this.#contact?.recentlyAway(LATE_CANCEL_MS) ?? false);
+          this.#log.info(
+            {
+              taskId: m.taskId,
+              attempt: m.attempt,
+              reason: m.reason,
+              ...(late ? { keepsOutput: true } : {}),
+            },
+            'cancel',
+          );
+          r.abort.abort(m.reason !== 'canceled' ? FENCED_OUT : late ? CANCELED_KEEP_OUTPUT : undefined);
         }
         return;
       }

@@ -25,6 +25,13 @@ import { TailBuffer } from './tail-buffer.ts';
  */
 export const FENCED_OUT = 'fenced-out';
 
+/**
+ * Abort reason for an operator's cancel the agent read late (right after it was frozen or cut off): a
+ * cancel (`DONE_CANCELED`), but the process group is killed at once and the partial output left alone,
+ * since the control plane may have finished the cancel without this agent and given the path to new work.
+ */
+export const CANCELED_KEEP_OUTPUT = 'canceled-keep-output';
+
 /** Time a canceled process group gets between SIGTERM and SIGKILL: ffmpeg finalises a file in well under it. */
 export const DEFAULT_KILL_GRACE_MS = 5000;
 
@@ -233,8 +240,9 @@ export function runProcess(options: RunProcessOptions): Promise<RunProcessResult
     const onAbort = (): void => {
       if (settled || pid() === undefined) return;
       canceled = true;
-      // Fenced out: another attempt owns the output now, so no grace in which ffmpeg could write a trailer.
-      if (signal?.reason === FENCED_OUT) {
+      // Fenced out (or a cancel read late): another attempt or task may own the output now, so no grace
+      // in which ffmpeg could write a trailer into it.
+      if (signal?.reason === FENCED_OUT || signal?.reason === CANCELED_KEEP_OUTPUT) {
         killGroup('SIGKILL');
         return;
       }

@@ -16,7 +16,7 @@ import {
   type TaskProgress,
 } from './progress.ts';
 import type { RunLogs } from './run-logs.ts';
-import { FENCED_OUT, runProcess } from './run-process.ts';
+import { CANCELED_KEEP_OUTPUT, FENCED_OUT, runProcess } from './run-process.ts';
 import { type StepOutcome, toStepOutcome } from './step-outcome.ts';
 
 /**
@@ -123,7 +123,11 @@ export async function runTranscode(input: TranscodeInput): Promise<StepOutcome> 
         : 'transcoder';
     if (result.leftovers) input.logs.agent.add(`${label}: killed the processes it left running`);
     const outcome = toStepOutcome(label, result);
-    if (outcome.kind === 'canceled' && input.signal.reason !== FENCED_OUT) {
+    if (outcome.kind === 'canceled' && input.signal.reason === CANCELED_KEEP_OUTPUT) {
+      input.logs.agent.add(
+        `${label}: partial output kept: the cancel came right after this agent was out of touch (frozen or disconnected), when the path may be another task's`,
+      );
+    } else if (outcome.kind === 'canceled' && input.signal.reason !== FENCED_OUT) {
       await removePartialOutput(input.outputFile, before, input.logs);
     }
     if (outcome.kind !== 'ok') return outcome;
