@@ -646,7 +646,7 @@ export class FleetAgent {
       env: { ...this.#cfg.env, [RUN_MARK_VAR]: runMark(this.#cfg.name, this.#bootId) },
     })
       .then(() => {
-        if (run.handingBack) send({ kind: 'update', patch: { status: 'QUEUED' } });
+        if (run.handingBack) send({ kind: 'update', patch: { status: 'QUEUED', deliberate: true } });
       })
       .finally(() => {
         this.#runs.delete(task.id);

@@ -5,6 +5,7 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { sql } from 'drizzle-orm';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { nativeSpawnStatus } from '../../agent/src/runner/native-spawn.ts';
 import {
@@ -281,6 +282,15 @@ describe('agent faults', () => {
     expect(done).toMatchObject({ status: 'DONE_SUCCESSFUL', attempt: 2, agent: { name: other.label } });
     expect(md5(target)).toBe(reference[clip4]);
     expect(processesMatching(target)).toEqual([]);
+    // Given back on purpose, not lost: the attempt did not count against the task's limit (3).
+    const db = c.inProcess?.database;
+    if (db) {
+      const [row] = await db.rows<{ max_attempts: number }>(
+        db.db,
+        sql`SELECT max_attempts FROM tasks WHERE id = ${task.id}`,
+      );
+      expect(Number(row?.max_attempts)).toBe(4);
+    }
   }, 120_000);
 
   it.skipIf(Boolean(process.env.MQTT_URL))(

@@ -110,7 +110,8 @@ export async function sweepExpiredLeases(
 /**
  * The one rule for work whose agent is gone (lease expired, restarted without it, handed back):
  * a pending cancel completes as DONE_CANCELED; past the attempt limit DONE_ERROR naming the agent;
- * otherwise back to QUEUED for another agent.
+ * otherwise back to QUEUED for another agent. An attempt a live agent gave back on purpose
+ * (`countsAttempt: false`) never ends the task: its limit grows by one, as a restart's does.
  */
 export async function requeueLostTask(
   tx: Db,
@@ -118,7 +119,9 @@ export async function requeueLostTask(
   t: TaskRow,
   now: number,
   why: string,
+  opts: { countsAttempt?: boolean } = {},
 ): Promise<'requeued' | 'failed' | 'canceled'> {
+  const counts = opts.countsAttempt ?? true;
   const who = t.agentName ?? t.agentId ?? 'unknown';
   if (t.cancelRequested) {
     await saveTaskChange(
@@ -130,7 +133,7 @@ export async function requeueLostTask(
     );
     return 'canceled';
   }
-  if (t.attempt >= t.maxAttempts) {
+  if (counts && t.attempt >= t.maxAttempts) {
     await saveTaskChange(
       tx,
       ev,
@@ -151,6 +154,7 @@ export async function requeueLostTask(
     t.id,
     {
       status: 'QUEUED',
+      ...(counts ? {} : { maxAttempts: t.maxAttempts + 1 }),
       leaseToken: null,
       leaseExpiresAt: 0,
       agentId: null,

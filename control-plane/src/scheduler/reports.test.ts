@@ -158,3 +158,32 @@ describe('reports from an agent whose clock is off', () => {
     }
   });
 });
+
+describe('hand-backs and the attempt limit', () => {
+  const t = useTestApp();
+
+  /** Claim the only queued task with a new agent and hand it back; its status afterwards. */
+  async function claimAndHandBack(taskId: string, deliberate: boolean | undefined) {
+    const { claims, report } = await claimAsNewAgent(t, 1);
+    expect(claims.map((c) => c.task.id)).toEqual([taskId]);
+    await report(claims[0]!, { kind: 'update', seq: 0, patch: { status: 'QUEUED', deliberate } });
+    return json(await t.call('GET', `/api/v1/tasks/${taskId}`));
+  }
+
+  it('does not count an attempt a live agent gave back on purpose; a crashed one’s counts', async () => {
+    const kept = await json(await t.call('POST', '/api/v1/tasks', VALID.task()), 201);
+    // Four late claim answers (or forced stops) in a row: more than the limit, and never run.
+    for (let i = 1; i <= 4; i++) {
+      expect(await claimAndHandBack(kept.id, true)).toMatchObject({ status: 'QUEUED', attempt: i });
+    }
+    await t.call('PATCH', `/api/v1/tasks/${kept.id}/cancel`);
+
+    const lost = await json(await t.call('POST', '/api/v1/tasks', VALID.task()), 201);
+    for (let i = 1; i <= 2; i++) {
+      expect(await claimAndHandBack(lost.id, undefined)).toMatchObject({ status: 'QUEUED', attempt: i });
+    }
+    const third = await claimAndHandBack(lost.id, undefined);
+    expect(third).toMatchObject({ status: 'DONE_ERROR', attempt: 3 });
+    expect(third.error).toMatch(/handed back by agent .* on attempt 3 of 3; giving up/);
+  });
+});

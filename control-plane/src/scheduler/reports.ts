@@ -284,7 +284,9 @@ async function applyClassified(c: ReportCall): Promise<ReportOutcome> {
   if (patch.status === 'QUEUED') {
     // Hand-back: the agent is shutting down and killed this run; another agent takes it.
     await tx.update(tasks).set({ reportSeq: report.seq }).where(eq(tasks.id, report.taskId));
-    await requeueLostTask(tx, ev, row!, now, `handed back by agent ${row!.agentName ?? agentId}`);
+    await requeueLostTask(tx, ev, row!, now, `handed back by agent ${row!.agentName ?? agentId}`, {
+      countsAttempt: patch.deliberate !== true,
+    });
     return { kind: 'applied', status: 'QUEUED', finished: false, cancelRequested: false };
   }
   const next = patch.status ?? current;

@@ -90,6 +90,13 @@ export const TaskPatch = z.object({
   outputFile: RawResolved.optional(),
   preProcessing: ProcessingStep.nullable().optional(),
   postProcessing: ProcessingStep.nullable().optional(),
+  /**
+   * With `status: 'QUEUED'`: a live agent gives the attempt back on purpose (its claim was answered too
+   * late to start it, or the agent is being stopped for good), so the attempt does not count against
+   * the task's limit. A hand-back without it (an agent restarted after a crash returning the runs it
+   * lost) counts, as a lost lease does: a task that kills its agent must not be retried forever.
+   */
+  deliberate: z.boolean().optional(),
 });
 export type TaskPatch = z.infer<typeof TaskPatch>;
 
