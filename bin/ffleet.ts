@@ -143,7 +143,7 @@ async function runControlPlane(withLocalAgent: boolean): Promise<void> {
       await agent?.stop({ flushMs: 2_000 });
       await cp.stop();
     },
-    agent !== undefined,
+    agent !== null,
   );
 }
 

@@ -3,11 +3,11 @@ import { chmod, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { makeDirectory, SHORT_TOKEN_WARNING, takeLockFile } from '@ffleet/shared';
 import type { ServerType } from '@hono/node-server';
-import { count, eq } from 'drizzle-orm';
 import type { Logger } from 'pino';
 import { agentTokenPath, loadAgentToken } from './agent-token.ts';
 import { createApp } from './api/app.ts';
 import { createApiServer } from './api/client-errors.ts';
+import { healthFacts } from './api/health-facts.ts';
 import { createMetrics } from './api/metrics.ts';
 import { redeliverThrough } from './api/webhooks.ts';
 import { ControlPlaneClient } from './broker/control-plane-client.ts';
@@ -15,7 +15,6 @@ import { EmbeddedBroker, type LocalBrokerLink } from './broker/embedded-broker.t
 import type { ControlPlaneConfig } from './config/config.ts';
 import { type Database, openDatabase } from './db/client.ts';
 import { PgliteCheckpointer } from './db/pglite-checkpointer.ts';
-import { agents } from './db/schema.ts';
 import { EventBus } from './events/event-bus.ts';
 import { RetentionSweeper } from './events/retention.ts';
 import { Fleet } from './scheduler/fleet.ts';
@@ -217,10 +216,7 @@ export async function startControlPlane(
       apiTokens: config.apiTokens,
       bodyLimit: config.bodyLimit,
       redeliver: redeliverThrough(dispatcher),
-      health: async () => {
-        const [r] = await database.db.select({ n: count() }).from(agents).where(eq(agents.online, true));
-        return { broker: mqtt.connected ? 'ok' : 'disconnected', agents: { online: Number(r?.n ?? 0) } };
-      },
+      health: () => healthFacts(database, () => mqtt.connected),
     });
     const { server, port } = await listen(app, config.host, config.port);
     stops.push(

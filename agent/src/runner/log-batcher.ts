@@ -1,3 +1,5 @@
+import { formatBytes } from '@ffleet/shared';
+
 /** How long captured lines wait before they are sent: few reports for chatty processes, still live. */
 export const LOG_FLUSH_MS = 250;
 
@@ -88,10 +90,4 @@ export class LogBatcher {
     this.omittedBytes = 0;
     this.send(text);
   }
-}
-
-function formatBytes(n: number): string {
-  if (n < 1024) return `${n} bytes`;
-  if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KiB`;
-  return `${(n / 1024 / 1024).toFixed(1)} MiB`;
 }

@@ -204,7 +204,7 @@ export function createApp(deps: AppDeps) {
     // instead of the failed statement with its parameters.
     const unavailable = databaseUnavailableReason(err);
     if (unavailable) {
-      logger.error(
+      logger.warn(
         {
           requestId: c.get('requestId'),
           path: c.req.path,

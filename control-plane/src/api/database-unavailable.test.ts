@@ -4,6 +4,7 @@ import { expectProblem, VALID } from '../../../test/api/support.ts';
 import { createTestApp } from '../../../test/helpers/app.ts';
 import { defaultDbKind, TEST_PG_URL } from '../../../test/helpers/db.ts';
 import { databaseUnavailableReason } from '../db/errors.ts';
+import { healthFacts } from './health-facts.ts';
 
 // The services pass (DATABASE_URL set) only: postgres.js takes its whole 5 s end() timeout to close a
 // pool one of whose connections the server terminated.
@@ -27,6 +28,30 @@ describe('the database unavailable under the API', () => {
         const p = await expectProblem(res, 503, 'DATABASE_UNAVAILABLE');
         expect(p.detail).toContain('the embedded database is closed');
       }
+    } finally {
+      await t.close().catch(() => {});
+    }
+  });
+
+  it('still serves /metrics, saying the database is down, and /health names the broker', async () => {
+    const t = await createTestApp({ kind: 'pglite' });
+    try {
+      const up = await (await t.call('GET', '/metrics')).text();
+      expect(up).toMatch(/^ffleet_database_up 1$/m);
+      expect(up).toMatch(/^ffleet_tasks\{status="QUEUED"\} 0$/m);
+      await t.db.close();
+      expect((await t.call('GET', '/api/v1/tasks')).status).toBe(503);
+      const res = await t.call('GET', '/metrics');
+      expect(res.status).toBe(200);
+      const down = await res.text();
+      expect(down).toMatch(/^ffleet_database_up 0$/m);
+      // The last known values, and everything that needs no database.
+      expect(down).toMatch(/^ffleet_tasks\{status="QUEUED"\} 0$/m);
+      expect(down).toMatch(/^ffleet_process_cpu_seconds_total /m);
+      expect(down).toMatch(
+        /^ffleet_http_request_duration_seconds_count\{.*route="\/api\/v1\/tasks".*status="503"/m,
+      );
+      expect(await healthFacts(t.db, () => true)).toEqual({ broker: 'ok', agents: { online: null } });
     } finally {
       await t.close().catch(() => {});
     }

@@ -79,6 +79,17 @@ export function createMetrics(database: Database) {
     buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
     registers: [registry],
   });
+  // The gauges read from the database keep their last values while it is unreachable (a failing
+  // collect() failed the whole scrape: Prometheus saw the control plane down with its database), and
+  // ffleet_database_up says so.
+  new Gauge({
+    name: 'ffleet_database_up',
+    help: 'Whether the database answers (1) or not (0); while it does not, ffleet_tasks and ffleet_agents_online keep their last values',
+    registers: [registry],
+    async collect() {
+      this.set((await database.ping()) ? 1 : 0);
+    },
+  });
   new Gauge({
     name: 'ffleet_tasks',
     help: 'Tasks by status (queue depth)',
@@ -88,7 +99,9 @@ export function createMetrics(database: Database) {
       const rows = await database.db
         .select({ status: tasks.status, n: count() })
         .from(tasks)
-        .groupBy(tasks.status);
+        .groupBy(tasks.status)
+        .catch(() => null);
+      if (!rows) return;
       const by = new Map(rows.map((r) => [r.status, Number(r.n)]));
       for (const s of TaskStatus.options) this.set({ status: s }, by.get(s) ?? 0);
     },
@@ -101,8 +114,9 @@ export function createMetrics(database: Database) {
       const rows = await database.db
         .select({ online: agents.online, n: count() })
         .from(agents)
-        .groupBy(agents.online);
-      this.set(Number(rows.find((r) => r.online)?.n ?? 0));
+        .groupBy(agents.online)
+        .catch(() => null);
+      if (rows) this.set(Number(rows.find((r) => r.online)?.n ?? 0));
     },
   });
   const webhookAttempts = new Counter({

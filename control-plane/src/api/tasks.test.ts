@@ -489,5 +489,25 @@ describe('task routes', () => {
       );
       await expectProblem(await t.call('GET', `/api/v1/tasks/${UNKNOWN_ID}/logs`), 404, 'TASK_NOT_FOUND');
     });
+
+    it('returns the last 256 KiB from a whole line, after a line saying how much came before', async () => {
+      const task = await create(VALID.task());
+      const lines = Array.from({ length: 4_000 }, (_, i) => `line ${i} ${'x'.repeat(80)}`);
+      await t.db.db
+        .insert(taskLogs)
+        .values({ taskId: task.id, attempt: 1, step: 'pre', text: `${lines.join('\n')}\n`, createdAt: 1 });
+      const text = await (await t.call('GET', `/api/v1/tasks/${task.id}/logs`)).text();
+      const [marker, first, ...rest] = text.split('\n');
+      const kept = rest.length; // first and the others, less the '' after the final newline
+      const left = marker!.match(
+        /^\[ffleet: (\d+) earlier lines \((\d+\.\d) KiB\) left out; the last 256 KiB follow\]$/,
+      );
+      expect(left, marker).not.toBeNull();
+      expect(Number(left![1])).toBe(4_000 - kept);
+      expect(first).toBe(`[attempt 1 pre] ${lines[4_000 - kept]}`);
+      expect(text.at(-1)).toBe('\n');
+      expect(text.length - marker!.length - 1).toBeLessThanOrEqual(256 * 1024);
+      expect(text.length - marker!.length - 1).toBeGreaterThan(256 * 1024 - 200);
+    });
   });
 });

@@ -200,13 +200,23 @@ describe.each(TRANSPORTS)('ControlPlaneClient on $kind over $via', ({ start, loc
     cp.onReport(async () => {
       throw new Error('async boom');
     });
+    // The database down: the fleet logs that outage once, so each message it fails is only a debug line.
+    cp.onReport(async () => {
+      throw new Error('Failed query: …', {
+        cause: Object.assign(new Error('closed'), { code: 'CONNECTION_CLOSED' }),
+      });
+    });
     cp.onReport((_id, r) => void seen.push(r.seq));
     const agent = await rawAgent('agent-2');
     for (const seq of [1, 2]) {
       await agent.publishAsync(agentTopic('agent-2', 'events'), JSON.stringify(report(seq)), { qos: 1 });
     }
     await waitFor(
-      () => seen.length === 2 && records.filter((r) => r.msg === 'handler failed').length === 4,
+      () =>
+        seen.length === 2 &&
+        records.filter((r) => r.msg === 'handler failed' && r.level === 50).length === 4 &&
+        records.filter((r) => r.msg === 'handler failed: the database is unavailable' && r.level === 20)
+          .length === 2,
       'logs',
     );
   });

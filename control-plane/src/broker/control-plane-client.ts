@@ -19,6 +19,7 @@ import {
 import { connect, type ErrorWithReasonCode, type IClientOptions, type MqttClient } from 'mqtt';
 import type { Logger } from 'pino';
 import type { z } from 'zod';
+import { databaseUnavailableReason } from '../db/errors.ts';
 import type { LocalBrokerLink } from './embedded-broker.ts';
 
 export interface ControlPlaneClientOptions {
@@ -344,6 +345,15 @@ export class ControlPlaneClient extends EventEmitter<{ connection: [connected: b
   }
 
   private logHandlerError(agentId: string, err: unknown): void {
+    // The fleet logs a database outage once; each message it fails meanwhile is not news.
+    const unavailable = databaseUnavailableReason(err);
+    if (unavailable) {
+      this.logger.debug(
+        { agent: agentId, reason: unavailable },
+        'handler failed: the database is unavailable',
+      );
+      return;
+    }
     this.logger.error(
       { agent: agentId, err: err instanceof Error ? err.message : String(err) },
       'handler failed',

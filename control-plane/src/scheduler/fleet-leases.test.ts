@@ -86,14 +86,35 @@ describe('leases across the control plane’s own absences', () => {
   it.runIf(defaultDbKind() === 'postgres')(
     'expires no lease for the time the database was unavailable, and logs the outage once',
     async () => {
-      const { records, row, database } = await fleetWithClaimedTask();
+      const { mqtt, records, row, database, task } = await fleetWithClaimedTask();
       const name = new URL(database.url ?? '').pathname.slice(1);
       const admin = postgres(TEST_PG_URL, { max: 1, onnotice: () => {} });
+      const leaseToken = (await row()).leaseToken ?? '';
       try {
         await admin.unsafe(`ALTER DATABASE ${name} ALLOW_CONNECTIONS false`);
         await admin`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = ${name}`;
+        const before = records.length;
         // Longer than the lease: the agent's renewals meanwhile could not be stored.
-        await new Promise((r) => setTimeout(r, LEASE_TTL_MS * 2));
+        await new Promise((r) => setTimeout(r, LEASE_TTL_MS));
+        // What an agent sends meanwhile fails quietly (its outbox sends it again).
+        await mqtt
+          .report('a1', {
+            kind: 'update',
+            taskId: task.id,
+            attempt: 1,
+            leaseToken,
+            seq: 0,
+            patch: { progress: 5 },
+          })
+          .catch(() => {});
+        await new Promise((r) => setTimeout(r, LEASE_TTL_MS));
+        // The outage, logged once, is all that was logged at warn or above while it lasted.
+        expect(
+          records
+            .slice(before)
+            .filter((r) => r.level >= 40)
+            .map((r) => r.msg),
+        ).toEqual([expect.stringMatching(/^the database is unavailable: tasks/)]);
         await admin.unsafe(`ALTER DATABASE ${name} ALLOW_CONNECTIONS true`);
         await poll(
           async () => records.some((r) => /the database is back/.test(r.msg)),

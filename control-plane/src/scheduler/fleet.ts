@@ -303,12 +303,24 @@ export class Fleet implements FleetHooks {
   #failed(err: unknown, fields: Record<string, unknown>, msg: string): void {
     if (this.#stopped) this.#log.debug({ ...fields, err }, `${msg} (stopping)`);
     else {
-      // An outage is logged once by the sweep; each piece of work it fails gets a line without a stack.
+      // An outage is logged once, when it is first seen; what it fails meanwhile is not news.
       const unavailable = databaseUnavailableReason(err);
-      if (unavailable)
-        this.#log.warn({ ...fields, reason: unavailable }, `${msg}: the database is unavailable`);
-      else this.#log.error({ ...fields, err }, msg);
+      if (!unavailable) this.#log.error({ ...fields, err }, msg);
+      else {
+        this.#databaseDown(unavailable);
+        this.#log.debug({ ...fields, reason: unavailable }, `${msg}: the database is unavailable`);
+      }
     }
+  }
+
+  /** The database stopped serving the fleet's work: noted (and logged) once per outage; see #sweep. */
+  #databaseDown(reason: string): void {
+    if (this.#databaseDownSince !== undefined) return;
+    this.#databaseDownSince = this.#ctx.now();
+    this.#log.error(
+      { reason },
+      'the database is unavailable: tasks are neither claimed nor finished until it is back, and no lease expires meanwhile',
+    );
   }
 
   // ---- FleetHooks (called by the API services) ----
@@ -909,15 +921,7 @@ export class Fleet implements FleetHooks {
         await this.assignWatchfolders();
       }
     } catch (err) {
-      const unavailable = databaseUnavailableReason(err);
-      if (!unavailable || this.#stopped) this.#failed(err, {}, 'sweep failed');
-      else if (this.#databaseDownSince === undefined) {
-        this.#databaseDownSince = this.#ctx.now();
-        this.#log.error(
-          { reason: unavailable },
-          'the database is unavailable: tasks are neither claimed nor finished until it is back, and no lease expires meanwhile',
-        );
-      }
+      this.#failed(err, {}, 'sweep failed');
     }
   }
 }

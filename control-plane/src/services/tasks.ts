@@ -1,4 +1,5 @@
 import {
+  formatBytes,
   isDoneStatus,
   type PageQuery,
   type Task,
@@ -588,5 +589,12 @@ export async function getTaskLogs(ctx: ServiceContext, id: string): Promise<stri
       .join('\n');
     out += '\n';
   }
-  return out.length > LOG_TAIL_BYTES ? out.slice(out.length - LOG_TAIL_BYTES) : out;
+  if (out.length <= LOG_TAIL_BYTES) return out;
+  // The tail from the first whole line in it, after a line saying how much came before.
+  const cut = out.length - LOG_TAIL_BYTES;
+  const start = out.indexOf('\n', cut - 1) + 1 || out.length;
+  let lines = 0;
+  for (let i = out.indexOf('\n'); i !== -1 && i < start; i = out.indexOf('\n', i + 1)) lines++;
+  const size = formatBytes(Buffer.byteLength(out.slice(0, start)));
+  return `[ffleet: ${lines} earlier ${lines === 1 ? 'line' : 'lines'} (${size}) left out; the last 256 KiB follow]\n${out.slice(start)}`;
 }

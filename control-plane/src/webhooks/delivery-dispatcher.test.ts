@@ -16,6 +16,7 @@ import {
   waitUntil,
 } from '../../../test/webhooks/fixtures.ts';
 import { type Respond, TestReceiver } from '../../../test/webhooks/receiver.ts';
+import { captureLogger } from '../broker/test-brokers.ts';
 import { DEFAULT_PER_URL_CONCURRENCY, type DeliveryDispatcher } from './delivery-dispatcher.ts';
 
 /** Standard Webhooks verification written from the spec, independent of signature.ts. */
@@ -348,5 +349,24 @@ describe.each(dbKinds)('DeliveryDispatcher on %s', (kind) => {
     expect(seen).toHaveLength(count);
     expect(new Set(seen)).toEqual(ids);
     expect(await listExecutions(db)).toHaveLength(count);
+  });
+});
+
+describe('DeliveryDispatcher with its database unavailable', () => {
+  it('logs the outage once, not at every poll', { timeout: 15_000 }, async () => {
+    const db = await openTestDatabase('pglite');
+    const { logger, records } = captureLogger();
+    const dispatcher = newDispatcher(db, { logger, pollIntervalMs: 50 });
+    try {
+      dispatcher.start();
+      await db.close();
+      await new Promise((r) => setTimeout(r, 600));
+      const loud = records.filter((r) => r.level >= 40).map((r) => r.msg);
+      expect(loud).toEqual(['deliveries wait: the database is unavailable']);
+      expect(records.filter((r) => r.msg === 'claiming deliveries failed').length).toBeGreaterThan(2);
+    } finally {
+      await dispatcher.stop(0);
+      await db.drop().catch(() => {});
+    }
   });
 });

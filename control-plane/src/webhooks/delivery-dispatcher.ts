@@ -1,6 +1,7 @@
 import type { EventPayload } from '@ffleet/shared';
 import type { Logger } from 'pino';
 import type { Database } from '../db/client.ts';
+import { databaseUnavailableReason } from '../db/errors.ts';
 import { AttemptRecorder } from './attempt-recorder.ts';
 import { type ClaimedDelivery, claimDeliveries, hasDueDeliveries } from './claim-deliveries.ts';
 import { decideOutcome, type FinishedAttempt, failMissingEvent, releaseDelivery } from './record-attempt.ts';
@@ -135,6 +136,8 @@ export class DeliveryDispatcher {
   #state: 'idle' | 'running' | 'stopped' = 'idle';
   #claiming: Promise<void> | null = null;
   #claimAgain = false;
+  /** The database failed the last poll (an outage, logged once): the next poll that works says so. */
+  #databaseDown = false;
   #lastClaimAt = 0;
   /** Pause between the start of a claim and the next (see CLAIM_PACING). */
   #claimGapMs = MIN_CLAIM_GAP_MS;
@@ -288,7 +291,12 @@ export class DeliveryDispatcher {
       try {
         // When idle, a cheap indexed probe first: idle polls must not run the full claim (costly on
         // PGlite). While busy, claim directly.
-        if (probed && !(await hasDueDeliveries(this.#o.database, now))) return;
+        const due = !probed || (await hasDueDeliveries(this.#o.database, now));
+        if (this.#databaseDown) {
+          this.#databaseDown = false;
+          this.#log.info('deliveries resume: the database is back');
+        }
+        if (!due) return;
         claimed = await claimDeliveries(this.#o.database, {
           now,
           limit,
@@ -299,7 +307,15 @@ export class DeliveryDispatcher {
       } catch (e) {
         // Database unreachable or closing: the poll tries again; leases protect anything half-claimed.
         this.#claimAgain = false;
-        if (this.#state === 'running') this.#log.warn({ err: dbError(e) }, 'claiming deliveries failed');
+        if (this.#state !== 'running') return;
+        // An outage is logged when it starts and when it ends, not at every poll.
+        const unavailable = databaseUnavailableReason(e);
+        if (!unavailable) this.#log.warn({ err: dbError(e) }, 'claiming deliveries failed');
+        else if (this.#databaseDown) this.#log.debug({ reason: unavailable }, 'claiming deliveries failed');
+        else {
+          this.#databaseDown = true;
+          this.#log.warn({ reason: unavailable }, 'deliveries wait: the database is unavailable');
+        }
         return;
       }
       const full = claimed.length >= limit;

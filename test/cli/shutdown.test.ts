@@ -1,0 +1,41 @@
+// What `ffleet control-plane` says when it is stopped: it runs no tasks without a local agent.
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { findFreePort, OWN_VARS, REPO_ROOT } from '../fleet/support/processes.ts';
+
+// The same run in both CI passes (it configures nothing external): once is enough.
+describe.skipIf(process.env.FFLEET_CI_PASS === 'services')('ffleet control-plane on SIGTERM', () => {
+  let dir = '';
+  beforeAll(() => {
+    dir = mkdtempSync(join(tmpdir(), 'ffleet-shutdown-'));
+  });
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('says it shuts down without mentioning tasks it does not run, and exits 0', async () => {
+    const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !OWN_VARS.test(k)));
+    const child = spawn(process.execPath, [join(REPO_ROOT, 'bin/ffleet.js'), 'control-plane'], {
+      cwd: REPO_ROOT,
+      env: {
+        ...base,
+        FFLEET_DATA_DIR: join(dir, 'data'),
+        PORT: String(await findFreePort()),
+        MQTT_PORT: String(await findFreePort()),
+        LOG_LEVEL: 'info',
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => {
+      out += d;
+      if (out.includes('"msg":"ffleet is ready"')) child.kill('SIGTERM');
+    });
+    const code = await new Promise<number | null>((resolve) => child.on('exit', resolve));
+    expect(code).toBe(0);
+    const lines = out.split('\n').filter((l) => l.includes('"msg":"shutting down'));
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toContain('"msg":"shutting down (signal again to stop at once)"');
+  }, 120_000);
+});
