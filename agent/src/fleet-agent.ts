@@ -47,6 +47,19 @@ const CLAIM_POLL_MS = 10_000;
  * an agent that does not answer (after the lease, or 3 s), and the path may be new work's by now.
  */
 const LATE_CANCEL_MS = 5_000;
+/**
+ * A canceled transcode that stops later than this after the cancel keeps its partial output: the
+ * control plane answers a DELETE after waiting 3 s for the agent and then deletes the task, and a new
+ * task may write the same path from then on.
+ */
+const OWN_OUTPUT_AFTER_CANCEL_MS = 2_500;
+
+/** May a canceled run still remove its partial output (see OWN_OUTPUT_AFTER_CANCEL_MS)? */
+function ownsOutput(run: Run): boolean {
+  if (run.fenced) return false;
+  return run.canceledAt === undefined || performance.now() - run.canceledAt < OWN_OUTPUT_AFTER_CANCEL_MS;
+}
+
 /** A claim request unanswered this long is given up (the next poll asks again). */
 const CLAIM_TIMEOUT_MS = 5_000;
 /** Unanswered claim requests whose send time is kept (answers to older ones are taken as on time). */
@@ -71,6 +84,12 @@ type Run = {
   abort: AbortController;
   handingBack: boolean;
   done: Promise<void>;
+  /** When an operator's cancel came (performance.now()); see #ownsOutput. */
+  canceledAt?: number;
+  /** Told after that cancel that the attempt is no longer current (the task was given up or deleted). */
+  fenced?: boolean;
+  /** Aborted then: the transcoder's grace is cut short, so it writes no trailer into other work's file. */
+  killNow: AbortController;
 };
 
 export type FleetAgentOptions = {
@@ -527,6 +546,18 @@ export class FleetAgent {
       case 'task.cancel': {
         const r = this.#runs.get(m.taskId);
         if (r && r.claimed.attempt === m.attempt) {
+          if (r.abort.signal.aborted) {
+            // Stopping already; the control plane repeats itself with every report the run sends.
+            if (m.reason !== 'canceled' && !r.fenced) {
+              r.fenced = true;
+              r.killNow.abort();
+            }
+            this.#log.debug(
+              { taskId: m.taskId, attempt: m.attempt, reason: m.reason },
+              'cancel (stopping already)',
+            );
+            return;
+          }
           // 'canceled' is an operator's cancel; any other reason means this attempt lost its lease and
           // another one owns the task (and its output) now. An operator's cancel read just after a spell
           // out of touch may be that old: the control plane may have finished the cancel without us
@@ -541,6 +572,7 @@ export class FleetAgent {
             },
             'cancel',
           );
+          if (m.reason === 'canceled') r.canceledAt = performance.now();
           r.abort.abort(m.reason !== 'canceled' ? FENCED_OUT : late ? CANCELED_KEEP_OUTPUT : undefined);
         }
         return;
@@ -617,6 +649,7 @@ export class FleetAgent {
       claimed,
       seq: 0,
       abort: new AbortController(),
+      killNow: new AbortController(),
       handingBack: false,
       done: Promise.resolve(),
     };
@@ -640,6 +673,8 @@ export class FleetAgent {
       transcoderPath: this.#transcoder.path,
       reporter,
       signal: run.abort.signal,
+      ownsOutput: () => ownsOutput(run),
+      killNow: run.killNow.signal,
       logger: this.#base,
       scriptDirs: this.#cfg.scriptDirs,
       protectedDirs: this.#protectedDirs,

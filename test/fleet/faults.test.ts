@@ -131,29 +131,42 @@ describe('agent faults', () => {
     expect(processesMatching(target)).toEqual([]);
   }, 150_000);
 
-  it('keeps the output of the task that replaced a deleted one when the frozen agent reads the cancel late', async () => {
-    const target = out('late-cancel.mp4');
+  /**
+   * A running task is deleted while `frozen` of its agent's processes are stopped; the control plane gives
+   * up waiting after 3 s, and a new task writes the same path on the other agent and finishes. Then
+   * the old run stops: it must not take the new task's file with it.
+   */
+  async function deleteWhileFrozen(prefix: string, freeze: 'agent' | 'transcoder') {
+    const target = out(`${prefix}.mp4`);
     const { task, runner, other } = await twoAgentsAndRunner(
-      'late',
+      prefix,
       { command: REALTIME, inputFile: clip16, outputFile: target },
       { LOG_LEVEL: 'info' },
     );
-    const tree = runner.freeze();
-    // The control plane waits 3 s for the frozen agent to confirm, then deletes the task anyway.
+    const tree = freeze === 'agent' ? runner.freeze() : descendantPids(runner.pid).filter(isTranscoder);
+    expect(tree.filter(isTranscoder)).toHaveLength(1);
+    if (freeze === 'transcoder') for (const p of tree) process.kill(p, 'SIGSTOP');
     expect((await c.api.request('DELETE', `/api/v1/tasks/${task.id}`)).status).toBe(204);
     const next = await c.api.createTask({ command: ENCODE, inputFile: clip4, outputFile: target });
     const done = await c.api.waitForTask(next.id, undefined, 60_000);
     expect(done).toMatchObject({ status: 'DONE_SUCCESSFUL', agent: { name: other.label } });
     runner.thaw(tree);
-    // The queued cancel still stops the old run, but must not take the new task's file with it.
-    await runner.waitForOutput(/"msg":"cancel"/, 10_000);
     await waitFor(() => tree.filter(isTranscoder).length === 0, 10_000, 'old transcoder gone');
     await sleep(500);
     // Still the new task's 4 s encode. (Not byte for byte: the thawed transcoder may write into the file
     // for the moment before it is killed, as any writer left on a shared path can.)
     expect(existsSync(target)).toBe(true);
     expect(await probeDurationSeconds(target)).toBeCloseTo(4, 0);
+    return runner;
+  }
+
+  it('keeps the output of the task that replaced a deleted one when the frozen agent reads the cancel late', async () => {
+    const runner = await deleteWhileFrozen('late', 'agent');
     await runner.waitForOutput(/"keepsOutput":true,"msg":"cancel"/, 1_000);
+  }, 120_000);
+
+  it('keeps the output of the task that replaced a deleted one when the old transcoder stops late', async () => {
+    await deleteWhileFrozen('slow-stop', 'transcoder');
   }, 120_000);
 
   it('lets an agent SIGTERMed once finish its running task before it exits, claiming nothing new', async () => {

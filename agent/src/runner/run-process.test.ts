@@ -205,6 +205,31 @@ describe.each(spawners)('runProcess (%s spawner)', (spawner) => {
     expect(await waitFor(() => listGroupMembers(pgid).length === 0)).toBe(true);
   });
 
+  it('cuts the grace short when killNow is aborted after the cancel', async () => {
+    const controller = new AbortController();
+    const killNow = new AbortController();
+    let childPid = 0;
+    let abortedAt = 0;
+    const result = await runProcess({
+      file: fixture('hang.sh'),
+      args: [],
+      signal: controller.signal,
+      killNow: killNow.signal,
+      graceMs: 30_000,
+      onStdoutLine: (l) => {
+        if (l.startsWith('child ')) childPid = Number(l.slice(6));
+        if (l === 'ready') {
+          abortedAt = Date.now();
+          controller.abort();
+          setTimeout(() => killNow.abort(), 100);
+        }
+      },
+    });
+    strays.push(childPid);
+    expect(result).toMatchObject({ ok: false, canceled: true, signal: 'SIGKILL' });
+    expect(Date.now() - abortedAt).toBeLessThan(5_000);
+  });
+
   it('settles soon after exit even when a background child keeps the pipes open, and kills that child', async () => {
     let childPid = 0;
     const started = Date.now();

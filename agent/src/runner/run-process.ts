@@ -92,6 +92,8 @@ export interface RunProcessOptions {
   /** Aborting it kills the process group: SIGTERM, then SIGKILL after `graceMs`. */
   signal?: AbortSignal;
   graceMs?: number;
+  /** Aborting it after `signal` cuts the grace short: SIGKILL now (the output is not ours any more). */
+  killNow?: AbortSignal;
   onStdoutLine?: (line: string) => void;
   onStderrLine?: (line: string) => void;
   tailBytes?: number;
@@ -249,6 +251,9 @@ export function runProcess(options: RunProcessOptions): Promise<RunProcessResult
       killGroup('SIGTERM');
       killTimer = setTimeout(() => killGroup('SIGKILL'), graceMs);
     };
+    const onKillNow = (): void => {
+      if (!settled && canceled) killGroup('SIGKILL');
+    };
 
     function finish(result: Omit<RunProcessResult, 'stdoutTail' | 'stderrTail' | 'canceled' | 'ok'>): void {
       if (settled) return;
@@ -257,6 +262,7 @@ export function runProcess(options: RunProcessOptions): Promise<RunProcessResult
       clearTimeout(drainTimer);
       clearInterval(pollTimer);
       signal?.removeEventListener('abort', onAbort);
+      options.killNow?.removeEventListener('abort', onKillNow);
       // The group does not outlive the step, canceled or not: members that ignored SIGTERM, or that the
       // process left running when it exited (a script's `sleep 300 &`), are killed now. Left alone they
       // ran on after the task ended, and kept writing into the capture files nobody read any more.
@@ -298,6 +304,7 @@ export function runProcess(options: RunProcessOptions): Promise<RunProcessResult
       c.once('close', (code, sig) => finish({ code, signal: sig }));
     }
     signal?.addEventListener('abort', onAbort, { once: true });
+    options.killNow?.addEventListener('abort', onKillNow, { once: true });
   });
 }
 

@@ -30,6 +30,13 @@ export interface RunTaskOptions {
   logger: Logger;
   /** SIGTERM → SIGKILL grace for canceled processes; default {@link DEFAULT_KILL_GRACE_MS}. */
   graceMs?: number;
+  /**
+   * Asked when a canceled transcode has stopped: may it still remove its partial output? No once the
+   * control plane may have given the path to other work (the caller knows); default yes.
+   */
+  ownsOutput?: () => boolean;
+  /** Aborting it after `signal` cuts the transcoder's grace short: SIGKILL now. */
+  killNow?: AbortSignal;
   /** Clock for timestamps and wildcards; default the system clock. */
   now?: () => Date;
   /**
@@ -219,6 +226,8 @@ async function runStages(
     outputFile: paths.outputFile,
     env,
     signal,
+    ownsOutput: options.ownsOutput ?? (() => true),
+    ...(options.killNow ? { killNow: options.killNow } : {}),
     graceMs,
     logs,
     onProgress: (p) => throttle.offer(p),

@@ -65,6 +65,9 @@ export interface TranscodeInput {
   outputFile: string;
   env: NodeJS.ProcessEnv;
   signal: AbortSignal;
+  /** See RunTaskOptions.ownsOutput and killNow. */
+  ownsOutput: () => boolean;
+  killNow?: AbortSignal;
   graceMs: number;
   logs: RunLogs;
   onProgress: (progress: TaskProgress) => void;
@@ -98,6 +101,7 @@ export async function runTranscode(input: TranscodeInput): Promise<StepOutcome> 
       env: input.env,
       signal: input.signal,
       graceMs: input.graceMs,
+      ...(input.killNow ? { killNow: input.killNow } : {}),
       onStdoutLine: (line) => {
         const sample = parser.push(line);
         if (sample)
@@ -123,12 +127,16 @@ export async function runTranscode(input: TranscodeInput): Promise<StepOutcome> 
         : 'transcoder';
     if (result.leftovers) input.logs.agent.add(`${label}: killed the processes it left running`);
     const outcome = toStepOutcome(label, result);
-    if (outcome.kind === 'canceled' && input.signal.reason === CANCELED_KEEP_OUTPUT) {
-      input.logs.agent.add(
-        `${label}: partial output kept: the cancel came right after this agent was out of touch (frozen or disconnected), when the path may be another task's`,
-      );
-    } else if (outcome.kind === 'canceled' && input.signal.reason !== FENCED_OUT) {
-      await removePartialOutput(input.outputFile, before, input.logs);
+    if (outcome.kind === 'canceled' && input.signal.reason !== FENCED_OUT) {
+      const kept =
+        input.signal.reason === CANCELED_KEEP_OUTPUT
+          ? 'the cancel came right after this agent was out of touch (frozen or disconnected)'
+          : input.ownsOutput()
+            ? ''
+            : 'it stopped too long after the cancel, or the control plane has given the task up since';
+      if (!kept) await removePartialOutput(input.outputFile, before, input.logs);
+      else
+        input.logs.agent.add(`${label}: partial output kept: ${kept}; the path may be other work's by now`);
     }
     if (outcome.kind !== 'ok') return outcome;
   }

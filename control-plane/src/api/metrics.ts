@@ -84,7 +84,7 @@ export function createMetrics(database: Database) {
   // ffleet_database_up says so.
   new Gauge({
     name: 'ffleet_database_up',
-    help: 'Whether the database answers (1) or not (0); while it does not, ffleet_tasks and ffleet_agents_online keep their last values',
+    help: 'Whether the database answers (1) or not (0); while it does not, ffleet_tasks and ffleet_agents_online keep their last values (0 if none was read since start)',
     registers: [registry],
     async collect() {
       this.set((await database.ping()) ? 1 : 0);

@@ -500,7 +500,7 @@ describe('task routes', () => {
       const [marker, first, ...rest] = text.split('\n');
       const kept = rest.length; // first and the others, less the '' after the final newline
       const left = marker!.match(
-        /^\[ffleet: (\d+) earlier lines \((\d+\.\d) KiB\) left out; the last 256 KiB follow\]$/,
+        /^\[ffleet: (\d+) earlier lines \((\d+\.\d) KiB\) left out; whole lines of the last 256 KiB follow\]$/,
       );
       expect(left, marker).not.toBeNull();
       expect(Number(left![1])).toBe(4_000 - kept);

@@ -596,5 +596,5 @@ export async function getTaskLogs(ctx: ServiceContext, id: string): Promise<stri
   let lines = 0;
   for (let i = out.indexOf('\n'); i !== -1 && i < start; i = out.indexOf('\n', i + 1)) lines++;
   const size = formatBytes(Buffer.byteLength(out.slice(0, start)));
-  return `[ffleet: ${lines} earlier ${lines === 1 ? 'line' : 'lines'} (${size}) left out; the last 256 KiB follow]\n${out.slice(start)}`;
+  return `[ffleet: ${lines} earlier ${lines === 1 ? 'line' : 'lines'} (${size}) left out; whole lines of the last 256 KiB follow]\n${out.slice(start)}`;
 }
