@@ -19,7 +19,6 @@ import { ContactWatch } from './contact-watch.ts';
 import { killOrphanedRuns, RUN_MARK_VAR, runMark } from './orphans.ts';
 import { Outbox } from './outbox/outbox.ts';
 import {
-  CANCELED_KEEP_OUTPUT,
   coalescingReporter,
   FENCED_OUT,
   HANDED_BACK,
@@ -48,17 +47,12 @@ const CLAIM_POLL_MS = 10_000;
  */
 const LATE_CANCEL_MS = 5_000;
 /**
- * A canceled transcode that stops later than this after the cancel keeps its partial output: the
- * control plane answers a DELETE after waiting 3 s for the agent and then deletes the task, and a new
- * task may write the same path from then on.
+ * A canceled transcode still running this long after the cancel is killed and keeps its partial
+ * output: the control plane answers a DELETE after waiting 3 s for the agent and then deletes the task,
+ * and a new task may write the same path from then on (a transcoder let run past that, stopped or slow
+ * to finish its file, wrote its trailer into the new task's output).
  */
 const OWN_OUTPUT_AFTER_CANCEL_MS = 2_500;
-
-/** May a canceled run still remove its partial output (see OWN_OUTPUT_AFTER_CANCEL_MS)? */
-function ownsOutput(run: Run): boolean {
-  if (run.fenced) return false;
-  return run.canceledAt === undefined || performance.now() - run.canceledAt < OWN_OUTPUT_AFTER_CANCEL_MS;
-}
 
 /** A claim request unanswered this long is given up (the next poll asks again). */
 const CLAIM_TIMEOUT_MS = 5_000;
@@ -84,10 +78,10 @@ type Run = {
   abort: AbortController;
   handingBack: boolean;
   done: Promise<void>;
-  /** When an operator's cancel came (performance.now()); see #ownsOutput. */
-  canceledAt?: number;
-  /** Told after that cancel that the attempt is no longer current (the task was given up or deleted). */
-  fenced?: boolean;
+  /** Why the canceled run's partial output must stay: the path may be other work's by now. */
+  keepsOutput?: string;
+  /** Set on an operator's cancel: OWN_OUTPUT_AFTER_CANCEL_MS later the run gives the output up. */
+  giveUpTimer?: NodeJS.Timeout;
   /** Aborted then: the transcoder's grace is cut short, so it writes no trailer into other work's file. */
   killNow: AbortController;
 };
@@ -255,6 +249,17 @@ export class FleetAgent {
     // Tasks of a claim answered meanwhile are handed back as they arrive (#startRun).
     await this.#claimSettled();
     await Promise.allSettled([...this.#runs.values()].map((r) => r.done));
+  }
+
+  /**
+   * A canceled run's output path may be other work's by now: its transcoder is killed at once (no
+   * trailer written into that file) and its partial output kept (RunTaskOptions.outputKeptBecause).
+   */
+  #giveUpOutput(r: Run, why: string): void {
+    if (r.keepsOutput) return;
+    r.keepsOutput = why;
+    clearTimeout(r.giveUpTimer);
+    r.killNow.abort();
   }
 
   #handBackRun(r: Run): void {
@@ -548,10 +553,8 @@ export class FleetAgent {
         if (r && r.claimed.attempt === m.attempt) {
           if (r.abort.signal.aborted) {
             // Stopping already; the control plane repeats itself with every report the run sends.
-            if (m.reason !== 'canceled' && !r.fenced) {
-              r.fenced = true;
-              r.killNow.abort();
-            }
+            if (m.reason !== 'canceled')
+              this.#giveUpOutput(r, 'the control plane has given the task up since the cancel');
             this.#log.debug(
               { taskId: m.taskId, attempt: m.attempt, reason: m.reason },
               'cancel (stopping already)',
@@ -572,8 +575,27 @@ export class FleetAgent {
             },
             'cancel',
           );
-          if (m.reason === 'canceled') r.canceledAt = performance.now();
-          r.abort.abort(m.reason !== 'canceled' ? FENCED_OUT : late ? CANCELED_KEEP_OUTPUT : undefined);
+          if (m.reason !== 'canceled') {
+            r.abort.abort(FENCED_OUT);
+            return;
+          }
+          r.abort.abort();
+          if (late)
+            this.#giveUpOutput(
+              r,
+              'the cancel came right after this agent was out of touch (frozen or disconnected)',
+            );
+          else {
+            r.giveUpTimer = setTimeout(
+              () =>
+                this.#giveUpOutput(
+                  r,
+                  `it did not stop within ${OWN_OUTPUT_AFTER_CANCEL_MS / 1000} s of the cancel`,
+                ),
+              OWN_OUTPUT_AFTER_CANCEL_MS,
+            );
+            r.giveUpTimer.unref();
+          }
         }
         return;
       }
@@ -673,7 +695,7 @@ export class FleetAgent {
       transcoderPath: this.#transcoder.path,
       reporter,
       signal: run.abort.signal,
-      ownsOutput: () => ownsOutput(run),
+      outputKeptBecause: () => run.keepsOutput,
       killNow: run.killNow.signal,
       logger: this.#base,
       scriptDirs: this.#cfg.scriptDirs,
@@ -684,6 +706,7 @@ export class FleetAgent {
         if (run.handingBack) send({ kind: 'update', patch: { status: 'QUEUED', deliberate: true } });
       })
       .finally(() => {
+        clearTimeout(run.giveUpTimer);
         this.#runs.delete(task.id);
         // Until the control plane applies the final report it counts the task against our slots, so this
         // claim may come back empty; the ack of that report claims again (else the slot idles until a poll).

@@ -149,7 +149,9 @@ describe('agent faults', () => {
     expect((await c.api.request('DELETE', `/api/v1/tasks/${task.id}`)).status).toBe(204);
     const next = await c.api.createTask({ command: ENCODE, inputFile: clip4, outputFile: target });
     const done = await c.api.waitForTask(next.id, undefined, 60_000);
-    expect(done).toMatchObject({ status: 'DONE_SUCCESSFUL', agent: { name: other.label } });
+    expect(done.status).toBe('DONE_SUCCESSFUL');
+    // A frozen agent cannot take it; one whose transcoder alone is stopped kills that after 2.5 s and may.
+    if (freeze === 'agent') expect(done.agent?.name).toBe(other.label);
     runner.thaw(tree);
     await waitFor(() => tree.filter(isTranscoder).length === 0, 10_000, 'old transcoder gone');
     await sleep(500);

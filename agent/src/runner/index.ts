@@ -8,7 +8,6 @@ export {
   type TaskProgress,
 } from './progress.ts';
 export {
-  CANCELED_KEEP_OUTPUT,
   DEFAULT_KILL_GRACE_MS,
   FENCED_OUT,
   type RunProcessOptions,

@@ -25,13 +25,6 @@ import { TailBuffer } from './tail-buffer.ts';
  */
 export const FENCED_OUT = 'fenced-out';
 
-/**
- * Abort reason for an operator's cancel the agent read late (right after it was frozen or cut off): a
- * cancel (`DONE_CANCELED`), but the process group is killed at once and the partial output left alone,
- * since the control plane may have finished the cancel without this agent and given the path to new work.
- */
-export const CANCELED_KEEP_OUTPUT = 'canceled-keep-output';
-
 /** Time a canceled process group gets between SIGTERM and SIGKILL: ffmpeg finalises a file in well under it. */
 export const DEFAULT_KILL_GRACE_MS = 5000;
 
@@ -92,7 +85,7 @@ export interface RunProcessOptions {
   /** Aborting it kills the process group: SIGTERM, then SIGKILL after `graceMs`. */
   signal?: AbortSignal;
   graceMs?: number;
-  /** Aborting it after `signal` cuts the grace short: SIGKILL now (the output is not ours any more). */
+  /** Aborting it once `signal` is aborted cuts the grace short: SIGKILL now (the output may be other work's). */
   killNow?: AbortSignal;
   onStdoutLine?: (line: string) => void;
   onStderrLine?: (line: string) => void;
@@ -242,9 +235,8 @@ export function runProcess(options: RunProcessOptions): Promise<RunProcessResult
     const onAbort = (): void => {
       if (settled || pid() === undefined) return;
       canceled = true;
-      // Fenced out (or a cancel read late): another attempt or task may own the output now, so no grace
-      // in which ffmpeg could write a trailer into it.
-      if (signal?.reason === FENCED_OUT || signal?.reason === CANCELED_KEEP_OUTPUT) {
+      // Fenced out: another attempt owns the output now, so no grace in which ffmpeg could write a trailer.
+      if (signal?.reason === FENCED_OUT) {
         killGroup('SIGKILL');
         return;
       }

@@ -31,11 +31,11 @@ export interface RunTaskOptions {
   /** SIGTERM → SIGKILL grace for canceled processes; default {@link DEFAULT_KILL_GRACE_MS}. */
   graceMs?: number;
   /**
-   * Asked when a canceled transcode has stopped: may it still remove its partial output? No once the
-   * control plane may have given the path to other work (the caller knows); default yes.
+   * Asked when a canceled transcode has stopped: why it must keep its partial output, if it must (the
+   * control plane may have given the path to other work; the caller knows). Default: it never must.
    */
-  ownsOutput?: () => boolean;
-  /** Aborting it after `signal` cuts the transcoder's grace short: SIGKILL now. */
+  outputKeptBecause?: () => string | undefined;
+  /** Aborting it once `signal` is aborted cuts the transcoder's grace short: SIGKILL now. */
   killNow?: AbortSignal;
   /** Clock for timestamps and wildcards; default the system clock. */
   now?: () => Date;
@@ -226,7 +226,7 @@ async function runStages(
     outputFile: paths.outputFile,
     env,
     signal,
-    ownsOutput: options.ownsOutput ?? (() => true),
+    outputKeptBecause: options.outputKeptBecause ?? (() => undefined),
     ...(options.killNow ? { killNow: options.killNow } : {}),
     graceMs,
     logs,

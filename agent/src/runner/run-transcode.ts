@@ -16,7 +16,7 @@ import {
   type TaskProgress,
 } from './progress.ts';
 import type { RunLogs } from './run-logs.ts';
-import { CANCELED_KEEP_OUTPUT, FENCED_OUT, runProcess } from './run-process.ts';
+import { FENCED_OUT, runProcess } from './run-process.ts';
 import { type StepOutcome, toStepOutcome } from './step-outcome.ts';
 
 /**
@@ -65,8 +65,8 @@ export interface TranscodeInput {
   outputFile: string;
   env: NodeJS.ProcessEnv;
   signal: AbortSignal;
-  /** See RunTaskOptions.ownsOutput and killNow. */
-  ownsOutput: () => boolean;
+  /** See RunTaskOptions.outputKeptBecause and killNow. */
+  outputKeptBecause: () => string | undefined;
   killNow?: AbortSignal;
   graceMs: number;
   logs: RunLogs;
@@ -128,13 +128,8 @@ export async function runTranscode(input: TranscodeInput): Promise<StepOutcome> 
     if (result.leftovers) input.logs.agent.add(`${label}: killed the processes it left running`);
     const outcome = toStepOutcome(label, result);
     if (outcome.kind === 'canceled' && input.signal.reason !== FENCED_OUT) {
-      const kept =
-        input.signal.reason === CANCELED_KEEP_OUTPUT
-          ? 'the cancel came right after this agent was out of touch (frozen or disconnected)'
-          : input.ownsOutput()
-            ? ''
-            : 'it stopped too long after the cancel, or the control plane has given the task up since';
-      if (!kept) await removePartialOutput(input.outputFile, before, input.logs);
+      const kept = input.outputKeptBecause();
+      if (kept === undefined) await removePartialOutput(input.outputFile, before, input.logs);
       else
         input.logs.agent.add(`${label}: partial output kept: ${kept}; the path may be other work's by now`);
     }
