@@ -81,3 +81,29 @@ export async function postgresAvailable(): Promise<boolean> {
     await c.end({ timeout: 1 });
   }
 }
+
+/**
+ * An outage of a test database on the server (services pass): `begin` refuses new connections to it
+ * and cuts the open ones, `end` lets them in again, `close` ends it if still on and releases the
+ * admin connection.
+ */
+export function databaseOutage(db: TestDatabase) {
+  const name = new URL(db.url ?? 'x:/').pathname.slice(1);
+  if (!name) throw new Error('an outage needs a database on the PostgreSQL server');
+  const admin = postgres(serverUrl(), { max: 1, onnotice: () => {} });
+  const allow = async (on: boolean) => {
+    await admin.unsafe(`ALTER DATABASE ${name} ALLOW_CONNECTIONS ${on}`);
+  };
+  return {
+    name,
+    async begin() {
+      await allow(false);
+      await admin`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = ${name}`;
+    },
+    end: () => allow(true),
+    async close() {
+      await allow(true).catch(() => {});
+      await admin.end();
+    },
+  };
+}

@@ -1,8 +1,7 @@
-import postgres from 'postgres';
 import { describe, expect, it } from 'vitest';
 import { expectProblem, VALID } from '../../../test/api/support.ts';
 import { createTestApp } from '../../../test/helpers/app.ts';
-import { defaultDbKind, TEST_PG_URL } from '../../../test/helpers/db.ts';
+import { databaseOutage, defaultDbKind } from '../../../test/helpers/db.ts';
 import { databaseUnavailableReason } from '../db/errors.ts';
 import { healthFacts } from './health-facts.ts';
 
@@ -61,12 +60,10 @@ describe('the database unavailable under the API', () => {
     'PostgreSQL refusing connections: 503 naming the SQLSTATE, then served again when it is back',
     async () => {
       const t = await createTestApp({ kind: 'postgres' });
-      const name = new URL(t.db.url ?? '').pathname.slice(1);
-      const admin = postgres(TEST_PG_URL, { max: 1, onnotice: () => {} });
+      const outage = databaseOutage(t.db);
       try {
         expect((await t.call('GET', '/api/v1/tasks')).status).toBe(200);
-        await admin.unsafe(`ALTER DATABASE ${name} ALLOW_CONNECTIONS false`);
-        await admin`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = ${name}`;
+        await outage.begin();
         for (const [method, path, body] of [
           ['GET', '/api/v1/tasks', undefined],
           ['POST', '/api/v1/tasks', VALID.task()],
@@ -77,14 +74,13 @@ describe('the database unavailable under the API', () => {
           const p = await expectProblem(res, 503, 'DATABASE_UNAVAILABLE');
           // The terminated connection (57P01, or the reset socket) or the refused reconnection (55000, FATAL).
           expect(p.detail).toMatch(/SQLSTATE (57P01|55000)|ECONNRESET|CONNECTION_/);
-          expect(p.detail).not.toContain(name);
+          expect(p.detail).not.toContain(outage.name);
         }
-        await admin.unsafe(`ALTER DATABASE ${name} ALLOW_CONNECTIONS true`);
+        await outage.end();
         expect((await t.call('GET', '/api/v1/tasks')).status).toBe(200);
         expect((await t.call('POST', '/api/v1/tasks', VALID.task())).status).toBe(201);
       } finally {
-        await admin.unsafe(`ALTER DATABASE ${name} ALLOW_CONNECTIONS true`).catch(() => {});
-        await admin.end();
+        await outage.close();
         await t.close();
       }
     },

@@ -53,7 +53,7 @@ export class FakeMqtt extends EventEmitter<{ connection: [connected: boolean] }>
   }
 
   // Deliveries resolve when the fleet's handlers did, and reject when one failed (which the real
-  // client logs at error level as "handler failed").
+  // client logs at error level as "handler failed", or at debug when the database is unavailable).
   birth(agent: string, birth: AgentBirth): Promise<void> {
     return all(this.#births.map((h) => h(agent, birth, false)));
   }

@@ -4,9 +4,8 @@
  */
 import { TaskCreate } from '@ffleet/shared';
 import { eq } from 'drizzle-orm';
-import postgres from 'postgres';
 import { describe, expect, it } from 'vitest';
-import { defaultDbKind, TEST_PG_URL } from '../../../test/helpers/db.ts';
+import { databaseOutage, defaultDbKind } from '../../../test/helpers/db.ts';
 import { sampleBirth } from '../broker/test-brokers.ts';
 import { tasks } from '../db/schema.ts';
 import { createTask } from '../services/tasks.ts';
@@ -87,12 +86,10 @@ describe('leases across the control plane’s own absences', () => {
     'expires no lease for the time the database was unavailable, and logs the outage once',
     async () => {
       const { mqtt, records, row, database, task } = await fleetWithClaimedTask();
-      const name = new URL(database.url ?? '').pathname.slice(1);
-      const admin = postgres(TEST_PG_URL, { max: 1, onnotice: () => {} });
+      const outage = databaseOutage(database);
       const leaseToken = (await row()).leaseToken ?? '';
       try {
-        await admin.unsafe(`ALTER DATABASE ${name} ALLOW_CONNECTIONS false`);
-        await admin`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = ${name}`;
+        await outage.begin();
         const before = records.length;
         // Longer than the lease: the agent's renewals meanwhile could not be stored.
         await new Promise((r) => setTimeout(r, LEASE_TTL_MS));
@@ -115,7 +112,7 @@ describe('leases across the control plane’s own absences', () => {
             .filter((r) => r.level >= 40)
             .map((r) => r.msg),
         ).toEqual([expect.stringMatching(/^the database is unavailable: tasks/)]);
-        await admin.unsafe(`ALTER DATABASE ${name} ALLOW_CONNECTIONS true`);
+        await outage.end();
         await poll(
           async () => records.some((r) => /the database is back/.test(r.msg)),
           5_000,
@@ -128,8 +125,7 @@ describe('leases across the control plane’s own absences', () => {
         // Nothing heard from the agent after that: its lease runs out and the task is requeued.
         await poll(async () => (await row()).status === 'QUEUED', LEASE_TTL_MS + 5_000, 'requeued');
       } finally {
-        await admin.unsafe(`ALTER DATABASE ${name} ALLOW_CONNECTIONS true`).catch(() => {});
-        await admin.end();
+        await outage.close();
       }
     },
     30_000,
