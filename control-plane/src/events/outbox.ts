@@ -1,7 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import type { DirectWebhook, EventName, EventPayload } from '@ffleet/shared';
+import { sql } from 'drizzle-orm';
 import { textArrayLiteral } from '../db/array-literal.ts';
 import { type Db, execRaw, type RawStatement } from '../db/client.ts';
+import { webhooks } from '../db/schema.ts';
 import type { EventBus } from './event-bus.ts';
 
 export type EmitOptions = {
@@ -104,12 +106,43 @@ SELECT gen_random_uuid(), event_id, event, webhook_id, source, url, secret, task
   };
 }
 
+/**
+ * `EXISTS (SELECT 1 FROM webhooks)` as a column of a statement's RETURNING (the claim, a report's fenced
+ * update): the statement says whether any global webhook exists, and the transaction tells its
+ * EmittedEvents (`sawWebhooks`), so that events no webhook receives need no statement of their own.
+ */
+export const webhooksExist = sql<boolean>`EXISTS (SELECT 1 FROM ${webhooks})`;
+
 /** Collects the payloads a transaction emitted; `publish` hands them to the bus after commit. */
 export class EmittedEvents {
   readonly items: EventPayload[] = [];
   /** Webhook deliveries the emitted events wrote. */
   deliveries = 0;
+  /** What this transaction's statements saw of the global webhooks (see `sawWebhooks`). */
+  #webhooks: 'none' | 'some' | undefined;
   constructor(private readonly tx: Db) {}
+
+  /**
+   * A statement of this transaction saw whether any global webhook exists (`webhooksExist`). Once one saw
+   * some, the answer stays "some" for the transaction.
+   */
+  sawWebhooks(exist: boolean): void {
+    if (exist) this.#webhooks = 'some';
+    else this.#webhooks ??= 'none';
+  }
+
+  /**
+   * Whether these events need no statement: no direct webhook receives them, and a statement of this
+   * transaction saw no global webhook (what the events statement would check first, and then write
+   * nothing). The check is earlier in the same transaction instead of in the events statement: on PGlite
+   * nothing can commit in between (one transaction at a time); on PostgreSQL a webhook created by a
+   * transaction that commits between the two checks is a race either way (the events statement's own
+   * check could as well have run a moment before that commit). A transaction that starts after a
+   * webhook's creation committed always sees it.
+   */
+  needNoStatement(items: readonly PendingEvent[]): boolean {
+    return this.#webhooks === 'none' && items.every((it) => it.direct.length === 0);
+  }
 
   /** `before`: data-modifying CTEs to run in the same statement (see eventsStatement). */
   async emit(opts: EmitOptions, before?: RawStatement): Promise<EventPayload> {
@@ -119,7 +152,8 @@ export class EmittedEvents {
   /** Several events (and `before`, e.g. the insert of the tasks they are about) in ONE statement. */
   async emitMany(list: readonly EmitOptions[], before?: RawStatement): Promise<EventPayload[]> {
     const items = list.map(pendingEvent);
-    this.deliveries += await execRaw(this.tx, eventsStatement(items, before));
+    if (before || !this.needNoStatement(items))
+      this.deliveries += await execRaw(this.tx, eventsStatement(items, before));
     for (const it of items) this.items.push(it.payload);
     return items.map((it) => it.payload);
   }

@@ -40,8 +40,9 @@ export class GroupEvents extends EmittedEvents {
     });
   }
 
-  /** Write every held event. */
+  /** Write every held event (none when no webhook receives them: `needNoStatement`). */
   async flush(): Promise<void> {
+    if (this.needNoStatement(this.#pending)) this.#pending = [];
     while (this.#pending.length) {
       const chunk = this.#pending.splice(0, MAX_ROWS);
       this.deliveries += await execRaw(this.#db, eventsStatement(chunk));

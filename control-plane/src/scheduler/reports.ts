@@ -1,10 +1,10 @@
 import { isDoneStatus, type LogText, type TaskPatch, type TaskReport, type TaskStatus } from '@ffleet/shared';
-import { and, eq, inArray, lt, type SQL, sql } from 'drizzle-orm';
+import { and, eq, getTableColumns, inArray, lt, type SQL, sql } from 'drizzle-orm';
 import type { Db } from '../db/client.ts';
 import type { TaskRow } from '../db/mappers.ts';
 import { taskLogs, tasks } from '../db/schema.ts';
 import { ph, runCached } from '../db/statement-cache.ts';
-import type { EmittedEvents } from '../events/outbox.ts';
+import { type EmittedEvents, webhooksExist } from '../events/outbox.ts';
 import { getTaskRow, isUuid, saveTaskChange, taskChanged } from '../services/tasks.ts';
 import { requeueLostTask } from './leases.ts';
 
@@ -200,8 +200,9 @@ function fencedUpdate<T>(
             from ? inArray(tasks.status, from as TaskStatus[]) : undefined,
           ),
         );
+      // An update report's row comes with whether its events need the events statement (outbox.ts).
       return returning === 'row'
-        ? q.returning()
+        ? q.returning({ ...getTableColumns(tasks), webhooksExist })
         : q.returning({ status: tasks.status, cancelRequested: tasks.cancelRequested });
     },
     values,
@@ -238,13 +239,15 @@ async function applyFenced(
   const from = patch.status ? ALLOWED_FROM.get(patch.status) : ['PRE_PROCESSING', 'RUNNING'];
   if (!from?.length) return null;
   const finished = patch.status !== undefined && isDoneStatus(patch.status);
-  const [updated] = await fencedUpdate<TaskRow>(
+  const [returned] = await fencedUpdate<TaskRow & { webhooksExist: boolean }>(
     c,
     { ...updateReportColumns(c, patch, finished), updatedAt: now },
     from,
     'row',
   );
-  if (!updated) return null;
+  if (!returned) return null;
+  const { webhooksExist: hooks, ...updated } = returned;
+  ev.sawWebhooks(hooks);
   const changed = await taskChanged(tx, ev, updated, patch.status, {
     progressOnly: isProgressOnly(patch),
     now,

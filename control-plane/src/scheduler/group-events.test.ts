@@ -1,0 +1,119 @@
+import { sql } from 'drizzle-orm';
+import { beforeEach, describe, expect, it } from 'vitest';
+import { claimAsNewAgent, json, VALID } from '../../../test/api/support.ts';
+import { useTestApp } from '../../../test/helpers/app.ts';
+import { GroupCommit } from './group-commit.ts';
+
+/**
+ * A group's task events need no statement when the group's own claim or report statement saw no global
+ * webhook and no direct webhook receives them (outbox.ts `needNoStatement`); every event a webhook
+ * receives is still stored with its delivery.
+ */
+describe('the events of a group commit', () => {
+  const t = useTestApp();
+  // Each test starts with no webhook, delivery or task (the app is shared).
+  beforeEach(async () => {
+    await t.db.db.execute(sql`DELETE FROM deliveries`);
+    await t.db.db.execute(sql`DELETE FROM events`);
+    await t.db.db.execute(sql`DELETE FROM webhooks`);
+    await t.db.db.execute(sql`DELETE FROM tasks`);
+  });
+
+  const deliveries = async (taskId: string) =>
+    (
+      await t.db.rows<{ event: string; status: string | null }>(
+        t.db.db,
+        sql`SELECT d.event, e.payload->'data'->>'status' AS status FROM deliveries d JOIN events e ON e.id = d.event_id
+            WHERE d.task_id = ${taskId} ORDER BY d.seq`,
+      )
+    ).map((r) => `${r.event} ${r.status}`);
+
+  it('stores the claim and report events of a task for a global webhook created before them', async () => {
+    const task = await json(await t.call('POST', '/api/v1/tasks', VALID.task()), 201);
+    await json(
+      await t.call('POST', '/api/v1/webhooks', { event: 'task.updated', url: 'http://127.0.0.1:9/h' }),
+      201,
+    );
+    const { claims, report } = await claimAsNewAgent(t, 1);
+    const claim = claims[0]!;
+    await report(claim, { kind: 'update', seq: 0, patch: { progress: 50, remaining: 1 } });
+    await report(claim, {
+      kind: 'update',
+      seq: 1,
+      patch: { status: 'DONE_SUCCESSFUL', progress: 100, finishedAt: Date.now() },
+    });
+    expect(await deliveries(task.id)).toEqual([
+      'task.updated RUNNING',
+      'task.updated RUNNING',
+      'task.updated DONE_SUCCESSFUL',
+    ]);
+  });
+
+  it('stores the events of a task for a global webhook created while it runs', async () => {
+    const task = await json(await t.call('POST', '/api/v1/tasks', VALID.task()), 201);
+    const { claims, report } = await claimAsNewAgent(t, 1);
+    const claim = claims[0]!;
+    await report(claim, { kind: 'update', seq: 0, patch: { progress: 50, remaining: 1 } });
+    // No webhook yet: nothing stored for the claim or the progress.
+    expect(await deliveries(task.id)).toEqual([]);
+    await json(
+      await t.call('POST', '/api/v1/webhooks', { event: 'task.updated', url: 'http://127.0.0.1:9/h' }),
+      201,
+    );
+    await report(claim, {
+      kind: 'update',
+      seq: 1,
+      patch: { status: 'DONE_SUCCESSFUL', progress: 100, finishedAt: Date.now() },
+    });
+    expect(await deliveries(task.id)).toEqual(['task.updated DONE_SUCCESSFUL']);
+  });
+
+  it("stores the events a task's own webhook receives when no global webhook exists", async () => {
+    const task = await json(
+      await t.call('POST', '/api/v1/tasks', {
+        ...VALID.task(),
+        webhooks: [{ event: 'task.updated', url: 'http://127.0.0.1:9/direct' }],
+      }),
+      201,
+    );
+    const { claims, report } = await claimAsNewAgent(t, 1);
+    await report(claims[0]!, {
+      kind: 'update',
+      seq: 0,
+      patch: { status: 'DONE_ERROR', error: 'x', finishedAt: Date.now() },
+    });
+    expect(await deliveries(task.id)).toEqual(['task.updated RUNNING', 'task.updated DONE_ERROR']);
+  });
+
+  it('writes no events statement once the transaction saw no webhook, and does once it saw one', async () => {
+    const group = new GroupCommit(t.ctx);
+    const taskId = (await json(await t.call('POST', '/api/v1/tasks', VALID.task()), 201)).id as string;
+    // A webhook the transaction's events statement would find (it checks the table itself) but the
+    // transaction saw none earlier: the events are not stored, so no statement ran.
+    const emitAfterSeeing = (exist: boolean, url: string) =>
+      group.run(async (tx, ev) => {
+        ev.sawWebhooks(exist);
+        await tx.execute(
+          sql`INSERT INTO webhooks (id, event, url, secret, created_at, updated_at)
+              VALUES (gen_random_uuid(), 'task.updated', ${url}, 's', 0, 0)`,
+        );
+        await ev.emit({ event: 'task.updated', data: { status: 'RUNNING' }, taskId });
+      });
+    await emitAfterSeeing(false, 'http://127.0.0.1:9/a');
+    expect(await deliveries(taskId)).toEqual([]);
+    // Seen once as some, the transaction stays "some".
+    await group.run(async (tx, ev) => {
+      ev.sawWebhooks(true);
+      ev.sawWebhooks(false);
+      await ev.emit({ event: 'task.updated', data: { status: 'QUEUED' }, taskId });
+      void tx;
+    });
+    expect(await deliveries(taskId)).toEqual(['task.updated QUEUED']);
+    await emitAfterSeeing(true, 'http://127.0.0.1:9/b');
+    expect(await deliveries(taskId)).toEqual([
+      'task.updated QUEUED',
+      'task.updated RUNNING',
+      'task.updated RUNNING',
+    ]);
+  });
+});
