@@ -72,5 +72,28 @@ export function runCached<T>(
   return q.execute(values) as Promise<T>;
 }
 
+/**
+ * `q` with its statement rewritten by `wrap` (e.g. into a data-modifying CTE of a larger statement) and
+ * `extra` placeholders appended to its parameters: `wrap` gets the SQL text and the number the first
+ * extra parameter takes (`$n`). The result fields stay `q`'s, so the wrapping statement must return
+ * `q`'s columns in `q`'s order (`SELECT * FROM` the CTE).
+ */
+export function wrapped(
+  q: Preparable,
+  wrap: (text: string, next: number) => string,
+  extra: Placeholder[],
+): Preparable {
+  return {
+    prepare(name: string): Template {
+      const p = q.prepare(name) as Template;
+      return {
+        query: { sql: wrap(p.query.sql, p.query.params.length + 1), params: [...p.query.params, ...extra] },
+        fields: p.fields,
+        joinsNotNullableMap: p.joinsNotNullableMap,
+      };
+    },
+  };
+}
+
 /** How many shapes are kept (tests). */
 export const cachedShapes = (): number => templates.size;

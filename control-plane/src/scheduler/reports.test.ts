@@ -67,6 +67,42 @@ describe('reports that carry logs', () => {
     expect(await logs()).toEqual([]);
   });
 
+  it('stores any text exactly, from log reports and updates, with the report that carries it', async () => {
+    const { send, logs } = await claimedTask();
+    // What an array literal would misread if it were not quoted and escaped.
+    const hostile = [
+      '{"a","b"}, NULL\n',
+      'back\\slash \\" quote" \'single\'\n',
+      'tab\tand ünïcödé, 🎬\r\n',
+      '',
+      'NULL',
+    ];
+    await send({ kind: 'log', seq: 0, step: 'pre', text: hostile[0]! });
+    await send({
+      kind: 'update',
+      seq: 1,
+      patch: { progress: 10, remaining: 3 },
+      logs: [
+        { step: 'transcoder', text: hostile[1]! },
+        { step: 'transcoder', text: hostile[2]! },
+        { step: 'agent', text: hostile[3]! },
+      ],
+    });
+    await send({ kind: 'update', seq: 2, patch: { progress: 20, remaining: 2 } });
+    await send({ kind: 'log', seq: 3, step: 'post', text: hostile[4]! });
+    expect(await logs()).toEqual([
+      { step: 'pre', text: hostile[0], attempt: 1 },
+      { step: 'transcoder', text: hostile[1], attempt: 1 },
+      { step: 'transcoder', text: hostile[2], attempt: 1 },
+      { step: 'post', text: hostile[4], attempt: 1 },
+    ]);
+    // A replayed log report stores nothing twice.
+    expect(await send({ kind: 'log', seq: 3, step: 'post', text: hostile[4]! })).toEqual({
+      kind: 'duplicate',
+    });
+    expect(await logs()).toHaveLength(4);
+  });
+
   it("keeps the current attempt's lines when its patch is refused or hands the task back", async () => {
     const refused = await claimedTask();
     await refused.send({ kind: 'update', seq: 0, patch: { status: 'RUNNING' } });

@@ -1,9 +1,10 @@
 import { isDoneStatus, type LogText, type TaskPatch, type TaskReport, type TaskStatus } from '@ffleet/shared';
 import { and, eq, getTableColumns, inArray, lt, type SQL, sql } from 'drizzle-orm';
+import { textArrayLiteral } from '../db/array-literal.ts';
 import type { Db } from '../db/client.ts';
 import type { TaskRow } from '../db/mappers.ts';
 import { taskLogs, tasks } from '../db/schema.ts';
-import { ph, runCached } from '../db/statement-cache.ts';
+import { ph, runCached, wrapped } from '../db/statement-cache.ts';
 import { type EmittedEvents, webhooksExist } from '../events/outbox.ts';
 import { getTaskRow, isUuid, saveTaskChange, taskChanged } from '../services/tasks.ts';
 import { requeueLostTask } from './leases.ts';
@@ -156,14 +157,22 @@ async function storeLogs(tx: Db, r: TaskReport, logs: readonly LogText[], now: n
 /**
  * The fenced UPDATE of a report: `set` on the task if it is this attempt, this lease, this agent, a seq
  * not applied yet and (`from`) one of these statuses. Built once per shape (the columns set, `from`,
- * what it returns) and reused with the report's values: building it every time cost ~200 µs.
+ * what it returns, whether it stores logs) and reused with the report's values: building it every time
+ * cost ~200 µs.
+ *
+ * The output the report carries (`logs`, empty texts skipped) is stored by the same statement, as rows
+ * of the task's logs in order, only when the update matched (the fence held): a data-modifying CTE
+ * inserts one row per updated row and log, given as two array parameters (one text for any number of
+ * logs). One statement instead of two for every report that carries output.
  */
 function fencedUpdate<T>(
   c: ReportCall,
   set: Record<string, unknown>,
   from: readonly string[] | null,
   returning: 'row' | 'status',
+  logs: readonly LogText[],
 ): Promise<T[]> {
+  const kept = logs.filter((l) => l.text.length > 0);
   const cols = Object.keys(set).sort();
   const r = c.report;
   const values: Record<string, unknown> = {
@@ -175,7 +184,12 @@ function fencedUpdate<T>(
   };
   for (const k of cols) values[`set_${k}`] = set[k];
   if ('finishedAt' in set) values.now = c.now;
-  const key = `report:${returning}:${cols.join(',')}:${from?.join(',') ?? '*'}`;
+  if (kept.length) {
+    values.logSteps = textArrayLiteral(kept.map((l) => l.step));
+    values.logTexts = textArrayLiteral(kept.map((l) => l.text));
+    values.logAt = c.now;
+  }
+  const key = `report:${returning}:${cols.join(',')}:${from?.join(',') ?? '*'}:${kept.length > 0}`;
   return runCached<T[]>(
     c.tx,
     key,
@@ -201,9 +215,26 @@ function fencedUpdate<T>(
           ),
         );
       // An update report's row comes with whether its events need the events statement (outbox.ts).
-      return returning === 'row'
-        ? q.returning({ ...getTableColumns(tasks), webhooksExist })
-        : q.returning({ status: tasks.status, cancelRequested: tasks.cancelRequested });
+      const update =
+        returning === 'row'
+          ? q.returning({ ...getTableColumns(tasks), webhooksExist })
+          : // id and attempt for the logs' rows (below).
+            q.returning({
+              status: tasks.status,
+              cancelRequested: tasks.cancelRequested,
+              id: tasks.id,
+              attempt: tasks.attempt,
+            });
+      if (!kept.length) return update;
+      return wrapped(
+        update,
+        (text, n) => `WITH u AS (${text}), l AS (
+  INSERT INTO task_logs (task_id, attempt, step, text, created_at)
+  SELECT u.id, u.attempt, x.step, x.text, $${n + 2}::bigint
+  FROM u, unnest($${n}::text[], $${n + 1}::text[]) WITH ORDINALITY AS x(step, text, ord) ORDER BY x.ord
+) SELECT * FROM u`,
+        [ph('logSteps'), ph('logTexts'), ph('logAt')],
+      );
     },
     values,
   );
@@ -224,9 +255,9 @@ async function applyFenced(
       logReportColumns(c),
       null,
       'status',
+      logsOf(report),
     );
     if (!r) return null;
-    await storeLogs(tx, report, logsOf(report), now);
     return {
       kind: 'applied',
       status: r.status as TaskStatus,
@@ -244,6 +275,7 @@ async function applyFenced(
     { ...updateReportColumns(c, patch, finished), updatedAt: now },
     from,
     'row',
+    logsOf(report),
   );
   if (!returned) return null;
   const { webhooksExist: hooks, ...updated } = returned;
@@ -253,8 +285,6 @@ async function applyFenced(
     now,
     finishBatch,
   });
-  // Rows written after the update still belong to this attempt: the fence held in this transaction.
-  await storeLogs(tx, report, logsOf(report), now);
   const { row } = changed;
   return {
     kind: 'applied',
