@@ -7,9 +7,13 @@ import { processStartTime, procStatFields } from '@ffleet/shared';
  */
 export const RUN_MARK_VAR = 'FFLEET_AGENT_RUN';
 
-/** The mark of this agent process's runs (see RUN_MARK_VAR). */
+/** This process's start time, read once (it is the same for the process's life): `''` when unknown. */
+let ownStart: string | undefined;
+
+/** The mark of this agent process's runs (see RUN_MARK_VAR); made for every run, /proc read once. */
 export function runMark(agentName: string, bootId: string): string {
-  return `${agentName}:${bootId}:${process.pid}:${processStartTime(process.pid) ?? ''}`;
+  ownStart ??= processStartTime(process.pid) ?? '';
+  return `${agentName}:${bootId}:${process.pid}:${ownStart}`;
 }
 
 /**
