@@ -39,6 +39,15 @@ describe('parseAgentConfig', () => {
     ]);
   });
 
+  it('refuses a label given twice', () => {
+    expect(() => parseAgentConfig({ ...base, FFLEET_AGENT_LABELS: 'gpu, fast,gpu' })).toThrow(
+      expect.objectContaining({
+        variable: 'FFLEET_AGENT_LABELS',
+        message: expect.stringContaining('"gpu" is given twice'),
+      }),
+    );
+  });
+
   it('reads numbers in decimal only; a blank value is unset', () => {
     expect(parseAgentConfig({ ...base, FFLEET_AGENT_SLOTS: ' ' }).slots).toBe(2);
     expect(() =>

@@ -1,7 +1,15 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { delimiter, isAbsolute, join, resolve } from 'node:path';
-import { AGENT_ID_RE, envError, envNumber, Label, MAX_SLOTS, reservedLabelProblem } from '@ffleet/shared';
+import {
+  AGENT_ID_RE,
+  duplicateLabel,
+  envError,
+  envNumber,
+  Label,
+  MAX_SLOTS,
+  reservedLabelProblem,
+} from '@ffleet/shared';
 import { z } from 'zod';
 
 /** Thrown for an invalid environment value; names the variable. */
@@ -77,6 +85,8 @@ export function parseAgentConfig(env: NodeJS.ProcessEnv): AgentConfig {
     const reserved = reservedLabelProblem(l);
     if (reserved) throw new AgentConfigError('FFLEET_AGENT_LABELS', reserved);
   }
+  const dup = duplicateLabel(labels);
+  if (dup) throw new AgentConfigError('FFLEET_AGENT_LABELS', `"${dup.label}" is given twice`);
   const scriptDirs = e.FFLEET_AGENT_SCRIPT_DIRS.split(delimiter)
     .map((s) => s.trim())
     .filter(Boolean);

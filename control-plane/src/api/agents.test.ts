@@ -150,6 +150,7 @@ describe('agent routes', () => {
       [{ labels: ['HWACCEL:cuda'] }, 'labels.0'],
       [{ labels: ['os:windows'] }, 'labels.0'],
       [{ labels: ['arch:arm64'] }, 'labels.0'],
+      [{ labels: ['gpu', 'fast', 'gpu'] }, 'labels.2'],
       [{ name: 'rename' }, 'name'],
     ];
     const before = await countRows(t.db);

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { AgentLabel, Millis } from './common.ts';
+import { AgentLabel, duplicateLabel, Millis } from './common.ts';
 
 /** `draining`: online but claiming nothing — paused by an operator, or shutting down (SIGTERM) until its tasks end. */
 export const AgentStatus = z.enum(['online', 'offline', 'draining']);
@@ -40,7 +40,16 @@ export type Agent = z.infer<typeof Agent>;
  */
 export const AgentPatch = z.strictObject({
   paused: z.boolean().optional(),
-  labels: z.array(AgentLabel).max(100).nullable().optional(),
+  labels: z
+    .array(AgentLabel)
+    .max(100)
+    // A list given twice the same label is a mistake in what was sent (a typo, a merge): said, not kept.
+    .superRefine((labels, ctx) => {
+      const dup = duplicateLabel(labels);
+      if (dup) ctx.addIssue({ code: 'custom', message: `"${dup.label}" is given twice`, path: [dup.index] });
+    })
+    .nullable()
+    .optional(),
   slots: z.number().int().min(0).max(MAX_SLOTS).nullable().optional(),
 });
 export type AgentPatch = z.infer<typeof AgentPatch>;

@@ -153,6 +153,16 @@ export function reservedLabelProblem(label: string): string | null {
     : null;
 }
 
+/** The first label of `labels` that repeats an earlier one, with its index, or null. */
+export function duplicateLabel(labels: readonly string[]): { label: string; index: number } | null {
+  const seen = new Set<string>();
+  for (const [index, label] of labels.entries()) {
+    if (seen.has(label)) return { label, index };
+    seen.add(label);
+  }
+  return null;
+}
+
 /** A label an agent is given (FFLEET_AGENT_LABELS, PATCH /agents): a {@link Label} without a reserved prefix. */
 export const AgentLabel = Label.superRefine((label, ctx) => {
   const problem = reservedLabelProblem(label);
