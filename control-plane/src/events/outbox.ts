@@ -109,7 +109,8 @@ SELECT gen_random_uuid(), event_id, event, webhook_id, source, url, secret, task
 /**
  * `EXISTS (SELECT 1 FROM webhooks)` as a column of a statement's RETURNING (the claim, a report's fenced
  * update): the statement says whether any global webhook exists, and the transaction tells its
- * EmittedEvents (`sawWebhooks`), so that events no webhook receives need no statement of their own.
+ * EmittedEvents (`sawWebhooks`), so that on PGlite events no webhook receives need no statement of their
+ * own (~1 ms of the control plane's CPU per short task there).
  */
 export const webhooksExist = sql<boolean>`EXISTS (SELECT 1 FROM ${webhooks})`;
 
@@ -120,13 +121,25 @@ export class EmittedEvents {
   deliveries = 0;
   /** What this transaction's statements saw of the global webhooks (see `sawWebhooks`). */
   #webhooks: 'none' | 'some' | undefined;
-  constructor(private readonly tx: Db) {}
+  readonly #alone: boolean;
+
+  /**
+   * `alone`: the database runs this transaction alone (PGlite: one transaction at a time), so what one of
+   * its statements saw of the webhooks still holds at its commit.
+   */
+  constructor(
+    private readonly tx: Db,
+    opts: { alone?: boolean } = {},
+  ) {
+    this.#alone = opts.alone === true;
+  }
 
   /**
    * A statement of this transaction saw whether any global webhook exists (`webhooksExist`). Once one saw
-   * some, the answer stays "some" for the transaction.
+   * some, the answer stays "some" for the transaction. Kept only when the transaction runs alone.
    */
   sawWebhooks(exist: boolean): void {
+    if (!this.#alone) return;
     if (exist) this.#webhooks = 'some';
     else this.#webhooks ??= 'none';
   }
@@ -134,11 +147,10 @@ export class EmittedEvents {
   /**
    * Whether these events need no statement: no direct webhook receives them, and a statement of this
    * transaction saw no global webhook (what the events statement would check first, and then write
-   * nothing). The check is earlier in the same transaction instead of in the events statement: on PGlite
-   * nothing can commit in between (one transaction at a time); on PostgreSQL a webhook created by a
-   * transaction that commits between the two checks is a race either way (the events statement's own
-   * check could as well have run a moment before that commit). A transaction that starts after a
-   * webhook's creation committed always sees it.
+   * nothing). Only where the transaction runs alone (PGlite), where no webhook can be created between
+   * that statement and the commit. On PostgreSQL the events statement checks for itself, just before the
+   * commit: a transaction may wait for a lock in between (a batch row, before its batch.finished), and a
+   * webhook created while it waits must receive what it commits afterwards.
    */
   needNoStatement(items: readonly PendingEvent[]): boolean {
     return this.#webhooks === 'none' && items.every((it) => it.direct.length === 0);

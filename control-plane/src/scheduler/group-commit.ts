@@ -210,7 +210,7 @@ export class GroupCommit {
     let emitted: GroupEvents | undefined;
     const result = await this.#ctx.database.db.transaction(async (t) => {
       const tx = t as unknown as Db;
-      emitted = new GroupEvents(tx);
+      emitted = new GroupEvents(tx, { alone: this.#ctx.database.singleConnection });
       const r = await fn(tx, emitted);
       await emitted.flush();
       return r;

@@ -22,8 +22,8 @@ export class GroupEvents extends EmittedEvents {
   readonly #db: Db;
   #pending: PendingEvent[] = [];
 
-  constructor(tx: Db) {
-    super(tx);
+  constructor(tx: Db, opts: { alone?: boolean } = {}) {
+    super(tx, opts);
     this.#db = tx;
   }
 

@@ -45,7 +45,7 @@ export async function transact<T>(
 ): Promise<T> {
   let emitted: EmittedEvents | undefined;
   const result = await ctx.database.db.transaction(async (tx) => {
-    emitted = new EmittedEvents(tx as unknown as Db);
+    emitted = new EmittedEvents(tx as unknown as Db, { alone: ctx.database.singleConnection });
     return fn(tx as unknown as Db, emitted);
   });
   emitted?.publish(ctx.bus);
