@@ -335,6 +335,28 @@ static napi_value Spawn(napi_env env, napi_callback_info info) {
   return result;
 }
 
+/*
+ * punchHole(fd, offset, length) → 0 or -errno: frees the file's blocks in that range, keeping its size
+ * and every offset after it (fallocate(2) FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE). A capture file
+ * whose output has been read is emptied this way while the process goes on appending to it: unlike a
+ * truncation, nothing it writes meanwhile is lost. tmpfs, ext4, xfs and btrfs support it.
+ */
+static napi_value PunchHole(napi_env env, napi_callback_info info) {
+  size_t argc = 3;
+  napi_value argv[3], result;
+  int64_t fd = -1, offset = 0, length = 0;
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc < 3 || napi_get_value_int64(env, argv[0], &fd) != napi_ok ||
+      napi_get_value_int64(env, argv[1], &offset) != napi_ok ||
+      napi_get_value_int64(env, argv[2], &length) != napi_ok || fd < 0 || offset < 0 || length < 0)
+    return throw_error(env, "punchHole(fd, offset, length): three non-negative integers");
+  int rc = length == 0 ? 0
+                       : fallocate((int)fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)offset,
+                                   (off_t)length);
+  napi_create_int32(env, rc == 0 ? 0 : -errno, &result);
+  return result;
+}
+
 NAPI_MODULE_INIT() {
   /* pidfd_open must work here (Linux 5.3, not filtered by a seccomp profile), or the module is of no use. */
   int probe = (int)syscall(SYS_pidfd_open, getpid(), 0);
@@ -348,5 +370,7 @@ NAPI_MODULE_INIT() {
   napi_add_env_cleanup_hook(env, cleanup_instance, inst);
   napi_create_function(env, "spawn", NAPI_AUTO_LENGTH, Spawn, inst, &fn);
   napi_set_named_property(env, exports, "spawn", fn);
+  napi_create_function(env, "punchHole", NAPI_AUTO_LENGTH, PunchHole, NULL, &fn);
+  napi_set_named_property(env, exports, "punchHole", fn);
   return exports;
 }

@@ -1,9 +1,25 @@
 import { spawn, spawnSync } from 'node:child_process';
-import { chmodSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  closeSync,
+  existsSync,
+  fstatSync,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { NATIVE_SPAWN_PATH, nativeSpawnCount, nativeSpawnStatus, spawnNative } from './native-spawn.ts';
+import {
+  NATIVE_SPAWN_PATH,
+  nativeSpawnCount,
+  nativeSpawnStatus,
+  punchHole,
+  spawnNative,
+} from './native-spawn.ts';
 import { runProcess } from './run-process.ts';
 
 /** What build.mjs needs: Linux, a C compiler and Node's headers beside the node binary. */
@@ -44,6 +60,27 @@ describe('native spawner', () => {
   });
 
   describe.runIf(available)('when built', () => {
+    it('punches holes into a file: its blocks freed, its size and later bytes kept', () => {
+      dir ||= mkdtempSync(join(tmpdir(), 'ffleet-native-'));
+      const path = join(dir, 'holes');
+      writeFileSync(path, Buffer.alloc(1024 * 1024, 'a'));
+      const fd = openSync(path, 'r+');
+      try {
+        const before = fstatSync(fd);
+        expect(punchHole(fd, 0, 768 * 1024)).toBe(true);
+        const after = fstatSync(fd);
+        expect(after.size).toBe(before.size);
+        expect(after.blocks * 512).toBeLessThanOrEqual(before.blocks * 512 - 700 * 1024);
+        const content = readFileSync(path);
+        expect(content.subarray(0, 768 * 1024).every((b) => b === 0)).toBe(true);
+        expect(content.subarray(768 * 1024).every((b) => b === 0x61)).toBe(true);
+      } finally {
+        closeSync(fd);
+      }
+      // Not a file descriptor: refused, not thrown.
+      expect(punchHole(2 ** 30, 0, 10)).toBe(false);
+    });
+
     it("starts a process exactly as Node's detached spawn does: session, signals, descriptors, env, cwd", async () => {
       // Everything the shell can see of how it was started; its own pid replaced so both runs compare.
       const script = [

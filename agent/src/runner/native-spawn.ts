@@ -15,6 +15,8 @@ type Addon = {
     stderrFd: number,
     onExit: (code: number | null, signal: number | null) => void,
   ): number;
+  /** fallocate(PUNCH_HOLE | KEEP_SIZE) → 0, or -errno. Absent from a module built before it existed. */
+  punchHole?(fd: number, offset: number, length: number): number;
 };
 
 export const NATIVE_SPAWN_PATH = fileURLToPath(
@@ -99,4 +101,15 @@ export function spawnNative(
   if (pid <= 0) return undefined;
   started++;
   return pid;
+}
+
+/**
+ * Free the blocks of `fd` in [offset, offset + length) and keep its size and every later offset
+ * (fallocate(2) with FALLOC_FL_PUNCH_HOLE): true when done; false when the native module is not
+ * there or the file system cannot (the caller then truncates).
+ */
+export function punchHole(fd: number, offset: number, length: number): boolean {
+  loaded ??= load();
+  const hole = loaded.addon?.punchHole;
+  return hole !== undefined && hole(fd, offset, length) === 0;
 }

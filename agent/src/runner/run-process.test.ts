@@ -323,34 +323,63 @@ describe.each(spawners)('runProcess (%s spawner)', (spawner) => {
       expect(out).toEqual(['via pipe']);
     });
 
-    it('empties a capture file it has read once it is large, and keeps capturing after it', async () => {
+    it.each([
+      ['punches out', false],
+      ['truncates', true],
+    ])(
+      '%s what it has read of a capture file once it is large, and keeps capturing after it',
+      async (_, truncateOnly) => {
+        dir = mkdtempSync(path.join(tmpdir(), 'ffleet-capture-'));
+        const out: string[] = [];
+        let largest = 0;
+        // What the file holds on disk (or in a tmpfs's memory): punched-out blocks are not counted.
+        const captureFileBytes = () =>
+          Math.max(
+            0,
+            ...openCaptureFiles().map((f) => Math.min(statSync(f.fd).size, statSync(f.fd).blocks * 512)),
+          );
+        // ~120 kB in 2,000 lines over about a second, against a 16 kB limit: emptied several times.
+        const result = await runProcess({
+          file: '/bin/sh',
+          args: [
+            '-c',
+            'i=0; while [ $i -lt 2000 ]; do printf "line %d %050d\\n" $i 0; i=$((i+1)); [ $((i % 400)) -eq 0 ] && sleep 0.3; done; true',
+          ],
+          captureDir: dir,
+          captureTruncateBytes: 16 * 1024,
+          captureTruncateOnly: truncateOnly,
+          onStdoutLine: (l) => {
+            out.push(l);
+            if (out.length % 100 === 0) largest = Math.max(largest, captureFileBytes());
+          },
+        });
+        expect(result.ok).toBe(true);
+        // Bounded by the limit plus what arrives between two reads (≤ 400 lines, ~25 kB), far below the
+        // ~120 kB written.
+        expect(largest).toBeGreaterThan(0);
+        expect(largest).toBeLessThan(64 * 1024);
+        expect(out).toHaveLength(2000);
+        expect(out[0]).toMatch(/^line 0 0+$/);
+        expect(out[1999]).toMatch(/^line 1999 0+$/);
+        expect(out.every((l) => !l.includes('\u0000'))).toBe(true);
+      },
+    );
+
+    it('loses no line of a process that prints without a pause while what was read is freed', async () => {
       dir = mkdtempSync(path.join(tmpdir(), 'ffleet-capture-'));
       const out: string[] = [];
-      let largest = 0;
-      const captureFileBytes = () => Math.max(0, ...openCaptureFiles().map((f) => statSync(f.fd).size));
-      // ~120 kB in 2,000 lines over about a second, against a 16 kB limit: emptied several times.
+      // One write per line, without a pause, for about a second (several reads), against a 16 kB limit:
+      // freed again and again while it writes.
       const result = await runProcess({
         file: '/bin/sh',
-        args: [
-          '-c',
-          'i=0; while [ $i -lt 2000 ]; do printf "line %d %050d\\n" $i 0; i=$((i+1)); [ $((i % 400)) -eq 0 ] && sleep 0.3; done; true',
-        ],
+        args: ['-c', 'i=1; while [ $i -le 400000 ]; do echo $i; i=$((i+1)); done'],
         captureDir: dir,
         captureTruncateBytes: 16 * 1024,
-        onStdoutLine: (l) => {
-          out.push(l);
-          if (out.length % 100 === 0) largest = Math.max(largest, captureFileBytes());
-        },
+        onStdoutLine: (l) => out.push(l),
       });
       expect(result.ok).toBe(true);
-      // Bounded by the limit plus what arrives between two reads (≤ 400 lines, ~25 kB), far below the
-      // ~120 kB written.
-      expect(largest).toBeGreaterThan(0);
-      expect(largest).toBeLessThan(64 * 1024);
-      expect(out).toHaveLength(2000);
-      expect(out[0]).toMatch(/^line 0 0+$/);
-      expect(out[1999]).toMatch(/^line 1999 0+$/);
-      expect(out.every((l) => !l.includes('\u0000'))).toBe(true);
+      expect(out).toHaveLength(400_000);
+      expect(out.every((l, i) => l === String(i + 1))).toBe(true);
     });
   });
 });

@@ -16,7 +16,7 @@ import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { StringDecoder } from 'node:string_decoder';
 import { LineSplitter } from './line-splitter.ts';
-import { spawnNative } from './native-spawn.ts';
+import { punchHole, spawnNative } from './native-spawn.ts';
 import { TailBuffer } from './tail-buffer.ts';
 
 /**
@@ -41,10 +41,12 @@ export const STDIO_DRAIN_MS = 1000;
 export const CAPTURE_POLL_MS = 250;
 
 /**
- * A capture file whose output has all been read is emptied once it holds this much, so a process
- * that prints without end cannot fill the disk, or the memory of a tmpfs. Output written between that
- * last read and the truncation (microseconds, once per this many bytes) is lost; no ordinary process
- * gets here (ffmpeg prints a few kB per transcode).
+ * Once this much of a capture file has been read, what was read is freed, so a process that prints
+ * without end cannot fill the disk, or the memory of a tmpfs: its blocks are punched out of the file
+ * (fallocate PUNCH_HOLE through the native module; the process goes on appending after them and
+ * nothing is lost). Without the native module, or on a file system that cannot punch holes, the file is
+ * read to its end and truncated: output written in the microseconds between that last read and the
+ * truncation is lost. No ordinary process gets here (ffmpeg prints a few kB per transcode).
  */
 export const CAPTURE_TRUNCATE_BYTES = 8 * 1024 * 1024;
 
@@ -98,6 +100,8 @@ export interface RunProcessOptions {
   captureDir?: string | null;
   /** See {@link CAPTURE_TRUNCATE_BYTES} (tests set it low). */
   captureTruncateBytes?: number;
+  /** Free read output by truncation even where holes can be punched (tests of the fallback). */
+  captureTruncateOnly?: boolean;
   /**
    * How the process is started when its output is captured to files: `native` (default) through
    * posix_spawn when the native spawner is built (native-spawn.ts), else, and with `node`, through
@@ -205,12 +209,15 @@ export function runProcess(options: RunProcessOptions): Promise<RunProcessResult
     let settled = false;
     let killTimer: NodeJS.Timeout | undefined;
     let drainTimer: NodeJS.Timeout | undefined;
-    const truncateAt = options.captureTruncateBytes ?? CAPTURE_TRUNCATE_BYTES;
+    const free = {
+      at: options.captureTruncateBytes ?? CAPTURE_TRUNCATE_BYTES,
+      punch: options.captureTruncateOnly !== true,
+    };
     const stdoutLines = files
-      ? captureLines(files[0], stdoutTail, options.onStdoutLine, truncateAt)
+      ? captureLines(files[0], stdoutTail, options.onStdoutLine, free)
       : attachLines(child?.stdout ?? null, stdoutTail, options.onStdoutLine);
     const stderrLines = files
-      ? captureLines(files[1], stderrTail, options.onStderrLine, truncateAt)
+      ? captureLines(files[1], stderrTail, options.onStderrLine, free)
       : attachLines(child?.stderr ?? null, stderrTail, options.onStderrLine);
     const pollTimer = files
       ? setInterval(() => {
@@ -342,19 +349,21 @@ function captureLines(
   fd: number,
   tail: TailBuffer,
   onLine: ((line: string) => void) | undefined,
-  truncateAt: number,
+  free: { at: number; punch: boolean },
 ): Capture {
   const decoder = new StringDecoder('utf8');
   const splitter = onLine ? new LineSplitter(onLine) : undefined;
   let pos = 0;
+  /** Bytes before this offset have been read and freed (punched out). */
+  let freed = 0;
   let closed = false;
-  const read = () => {
-    if (closed) return;
+  /** Read what the file holds past `pos`; false when it cannot be read (the capture stops). */
+  const readToSize = (): boolean => {
     let size: number;
     try {
       size = fstatSync(fd).size;
     } catch {
-      return;
+      return false;
     }
     while (pos < size) {
       const chunk = Buffer.allocUnsafe(Math.min(size - pos, 256 * 1024));
@@ -362,7 +371,7 @@ function captureLines(
       try {
         n = readSync(fd, chunk, 0, chunk.length, pos);
       } catch {
-        return;
+        return false;
       }
       if (n <= 0) break;
       pos += n;
@@ -370,13 +379,27 @@ function captureLines(
       tail.push(bytes);
       splitter?.push(decoder.write(bytes));
     }
-    if (pos >= truncateAt) {
-      try {
-        ftruncateSync(fd, 0);
-        pos = 0;
-      } catch {
-        // Keep reading from where we are.
-      }
+    return true;
+  };
+  const read = () => {
+    if (closed || !readToSize() || pos - freed < free.at) return;
+    if (free.punch && punchHole(fd, freed, pos - freed)) {
+      freed = pos;
+      return;
+    }
+    // Truncation: first read what arrived while the last read was split into lines, until a look at
+    // the size finds nothing new (bounded: a writer faster than this loses the race some time anyway).
+    for (let i = 0; i < 16; i++) {
+      const before = pos;
+      if (!readToSize()) return;
+      if (pos === before) break;
+    }
+    try {
+      ftruncateSync(fd, 0);
+      pos = 0;
+      freed = 0;
+    } catch {
+      // Keep reading from where we are.
     }
   };
   return {
