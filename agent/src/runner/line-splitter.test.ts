@@ -24,4 +24,16 @@ describe('LineSplitter', () => {
     const lines = split(['x'.repeat(MAX_LINE_CHARS * 2 + 5)]);
     expect(lines.map((l) => l.length)).toEqual([MAX_LINE_CHARS, MAX_LINE_CHARS, 5]);
   });
+
+  it('cuts a long line that ends in the same chunk the same way, whatever the chunks', () => {
+    const long = 'b'.repeat(MAX_LINE_CHARS * 2 + 7);
+    const text = `a\n${long}\nc\n`;
+    const whole = split([text]);
+    expect(whole.map((l) => l.length)).toEqual([1, MAX_LINE_CHARS, MAX_LINE_CHARS, 7, 1]);
+    const chunks = Array.from({ length: Math.ceil(text.length / 1000) }, (_, i) =>
+      text.slice(i * 1000, (i + 1) * 1000),
+    );
+    expect(split(chunks)).toEqual(whole);
+    expect(split([long]).map((l) => l.length)).toEqual([MAX_LINE_CHARS, MAX_LINE_CHARS, 7]);
+  });
 });

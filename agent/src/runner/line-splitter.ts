@@ -22,7 +22,7 @@ export class LineSplitter {
       if (ch !== 10 && ch !== 13) continue;
       // A `\r` at the very end may be the first half of `\r\n`: wait for the next chunk.
       if (ch === 13 && i === this.buffer.length - 1) break;
-      this.onLine(this.buffer.slice(start, i));
+      this.#emit(this.buffer.slice(start, i));
       if (ch === 13 && this.buffer.charCodeAt(i + 1) === 10) i += 1;
       start = i + 1;
     }
@@ -33,10 +33,20 @@ export class LineSplitter {
     }
   }
 
+  /** A complete line, cut into pieces of MAX_LINE_CHARS when longer (as if it had arrived bit by bit). */
+  #emit(line: string): void {
+    let rest = line;
+    while (rest.length > MAX_LINE_CHARS) {
+      this.onLine(rest.slice(0, MAX_LINE_CHARS));
+      rest = rest.slice(MAX_LINE_CHARS);
+    }
+    this.onLine(rest);
+  }
+
   /** Flush a last line that has no line break. */
   end(): void {
     const rest = this.buffer.endsWith('\r') ? this.buffer.slice(0, -1) : this.buffer;
     this.buffer = '';
-    if (rest !== '') this.onLine(rest);
+    if (rest !== '') this.#emit(rest);
   }
 }
