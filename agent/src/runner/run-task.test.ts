@@ -96,6 +96,24 @@ describe('runTask: success', () => {
       expect(running?.command?.resolved).toContain('comment=linux/amd64');
   });
 
+  it('measures progress against the input also when the command hides its Duration line (-loglevel error)', async () => {
+    const clip = fx.makeClip('quiet-in.mp4', 3);
+    const { result, reporter } = await fx.run({
+      inputFile: { raw: clip, resolved: '' },
+      command: { raw: '-loglevel error -re -i ${INPUT_FILE} -c:v mpeg4 -y ${OUTPUT_FILE}', resolved: '' },
+      outputFile: { raw: '${INPUT_FILE_DIR}/quiet/${INPUT_FILE_BASENAME}.mp4', resolved: '' },
+    });
+    expect(result).toEqual({ status: 'DONE_SUCCESSFUL', error: '' });
+    // Nothing on stderr to read a duration from: the input was read once more for it.
+    expect(reporter.text('transcoder')).not.toContain('Duration:');
+    expect(reporter.text('agent')).toContain(`transcoder: printed no input duration; read it from ${clip}`);
+    const midway = reporter.updates
+      .map((u) => u.patch)
+      .filter((p) => p.progress !== undefined && p.progress > 0 && p.progress < 100);
+    expect(midway.length).toBeGreaterThan(0);
+    expect(midway.every((p) => p.remaining !== undefined && p.remaining >= 0 && p.remaining <= 3)).toBe(true);
+  });
+
   it('runs pre-processing, the transcoder and post-processing with sidecars, arguments and environment', async () => {
     const pre = recordingScript('pre');
     const post = recordingScript('post');

@@ -94,6 +94,21 @@ export async function runTranscode(input: TranscodeInput): Promise<StepOutcome> 
     // Progress is measured against what this command writes: `-t`, `-to` and `-ss` shorten it.
     const limits = durationLimits(args);
     input.logs.agent.add(`transcoder: $ ${formatCommandLine([[input.transcoderPath, ...argv]])}`);
+    // A command that lowers the log level (`-loglevel error`) hides the input's Duration line: at the
+    // first progress block without a duration, the input is read once more for it (probeDuration).
+    const probe = new AbortController();
+    let probing = false;
+    const probeWhenNeeded = () => {
+      if (probing || duration !== null) return;
+      probing = true;
+      const file = firstInput(args);
+      if (file === null) return;
+      void probeDuration(input, file, probe.signal).then((seconds) => {
+        if (seconds === null || segmentDuration !== null || probe.signal.aborted) return;
+        duration = segmentDuration = outputDuration(seconds, limits);
+        input.logs.agent.add(`transcoder: printed no input duration; read it from ${file}`);
+      });
+    };
 
     const running = runProcess({
       file: input.transcoderPath,
@@ -104,8 +119,9 @@ export async function runTranscode(input: TranscodeInput): Promise<StepOutcome> 
       ...(input.killNow ? { killNow: input.killNow } : {}),
       onStdoutLine: (line) => {
         const sample = parser.push(line);
-        if (sample)
-          input.onProgress(computeTaskProgress(sample.outTimeSeconds, duration, sample.speed, position));
+        if (!sample) return;
+        probeWhenNeeded();
+        input.onProgress(computeTaskProgress(sample.outTimeSeconds, duration, sample.speed, position));
       },
       onStderrLine: (line) => {
         input.logs.transcoder.add(line);
@@ -120,6 +136,7 @@ export async function runTranscode(input: TranscodeInput): Promise<StepOutcome> 
     // exit and the final one (which the control plane handles in order before the agent's next claim).
     input.logs.agent.flush();
     const result = await running;
+    probe.abort();
 
     const label =
       input.segments.length > 1
@@ -136,6 +153,42 @@ export async function runTranscode(input: TranscodeInput): Promise<StepOutcome> 
     if (outcome.kind !== 'ok') return outcome;
   }
   return { kind: 'ok' };
+}
+
+/** The value of a segment's first `-i`: the input whose Duration line ffmpeg prints first. */
+function firstInput(args: readonly string[]): string | null {
+  const i = args.indexOf('-i');
+  return i >= 0 && i + 1 < args.length ? args[i + 1]! : null;
+}
+
+/** Longest a duration probe may take (a file on a hung network mount must not keep a process around). */
+const PROBE_TIMEOUT_MS = 10_000;
+
+/**
+ * The duration of `file` as the transcoder reports it (`<transcoder> -hide_banner -nostdin -i <file>`
+ * prints the input's Duration line and exits), or null: not a regular file, no Duration line (a stream,
+ * an image), the probe failed or took longer than PROBE_TIMEOUT_MS, or `stop` was aborted (the segment
+ * ended). One transcoder run per segment, only for commands whose own output shows no duration.
+ */
+async function probeDuration(input: TranscodeInput, file: string, stop: AbortSignal): Promise<number | null> {
+  try {
+    if (!(await stat(file)).isFile()) return null;
+  } catch {
+    return null;
+  }
+  if (stop.aborted) return null;
+  let seconds: number | null = null;
+  await runProcess({
+    file: input.transcoderPath,
+    args: ['-hide_banner', '-nostdin', '-i', file],
+    env: input.env,
+    signal: AbortSignal.any([stop, input.signal, AbortSignal.timeout(PROBE_TIMEOUT_MS)]),
+    graceMs: 500,
+    onStderrLine: (line) => {
+      seconds ??= parseDurationLine(line);
+    },
+  }).catch(() => undefined);
+  return seconds;
 }
 
 type FileIdentity = { ino: number; size: number; mtimeMs: number };
