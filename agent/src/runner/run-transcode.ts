@@ -18,6 +18,7 @@ import {
 import type { RunLogs } from './run-logs.ts';
 import { FENCED_OUT, runProcess } from './run-process.ts';
 import { type StepOutcome, toStepOutcome } from './step-outcome.ts';
+import { PROBE_TIMEOUT_MS } from './transcoder.ts';
 
 /**
  * Arguments the runner puts in front of every transcoder call, before the user's arguments:
@@ -161,13 +162,10 @@ function firstInput(args: readonly string[]): string | null {
   return i >= 0 && i + 1 < args.length ? args[i + 1]! : null;
 }
 
-/** Longest a duration probe may take (a file on a hung network mount must not keep a process around). */
-const PROBE_TIMEOUT_MS = 10_000;
-
 /**
  * The duration of `file` as the transcoder reports it (`<transcoder> -hide_banner -nostdin -i <file>`
  * prints the input's Duration line and exits), or null: not a regular file, no Duration line (a stream,
- * an image), the probe failed or took longer than PROBE_TIMEOUT_MS, or `stop` was aborted (the segment
+ * an image), the probe failed or took longer than the transcoder's probes may (PROBE_TIMEOUT_MS), or `stop` was aborted (the segment
  * ended). One transcoder run per segment, only for commands whose own output shows no duration.
  */
 async function probeDuration(input: TranscodeInput, file: string, stop: AbortSignal): Promise<number | null> {

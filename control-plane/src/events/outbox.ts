@@ -135,6 +135,14 @@ export class EmittedEvents {
   }
 
   /**
+   * Whether a statement's answer to `webhooksExist` is of use (`sawWebhooks`): only where the
+   * transaction runs alone. Elsewhere statements leave the column out.
+   */
+  get wantsWebhookCheck(): boolean {
+    return this.#alone;
+  }
+
+  /**
    * A statement of this transaction saw whether any global webhook exists (`webhooksExist`). Once one saw
    * some, the answer stays "some" for the transaction. Kept only when the transaction runs alone.
    */

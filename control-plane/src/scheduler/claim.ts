@@ -82,10 +82,11 @@ export async function claimTasksIn(
     caps: capabilitiesParam(agent.capabilities),
   };
   const withSlots = agent.slots !== undefined;
-  // One shape per slot limit or not: built once (statement-cache.ts).
-  const claimed = await runCached<(TaskRow & { webhooksExist: boolean })[]>(
+  const check = ev.wantsWebhookCheck;
+  // One shape per slot limit or not, and webhook check or not: built once (statement-cache.ts).
+  const claimed = await runCached<(TaskRow & { webhooksExist?: boolean })[]>(
     tx,
-    `claim:${withSlots}`,
+    `claim:${withSlots}:${check}`,
     () => {
       const limit = withSlots
         ? sql`GREATEST(0, LEAST(${ph('max')}::int, ${ph('slots')}::int - (SELECT count(*)::int FROM ${tasks} WHERE ${and(
@@ -132,12 +133,12 @@ export async function claimTasksIn(
           } as unknown as Partial<typeof tasks.$inferInsert>)
           .where(sql`${tasks.id} = ANY(ARRAY(${candidates}))`)
           // Whether the claimed tasks' task.updated events need the events statement (outbox.ts).
-          .returning({ ...getTableColumns(tasks), webhooksExist })
+          .returning(check ? { ...getTableColumns(tasks), webhooksExist } : getTableColumns(tasks))
       );
     },
     values,
   );
-  if (claimed.length) ev.sawWebhooks(claimed[0]!.webhooksExist);
+  if (check && claimed.length) ev.sawWebhooks(claimed[0]!.webhooksExist === true);
   // RETURNING order is unspecified; hand tasks out in queue order.
   claimed.sort((a, b) => b.priority - a.priority || a.createdAt - b.createdAt || a.id.localeCompare(b.id));
   const out: ClaimedTask[] = [];

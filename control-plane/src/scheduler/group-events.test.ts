@@ -1,8 +1,11 @@
 import { sql } from 'drizzle-orm';
 import { beforeEach, describe, expect, it } from 'vitest';
-import { claimAsNewAgent, json, VALID } from '../../../test/api/support.ts';
+import { claimAsNewAgent, insertAgent, json, VALID } from '../../../test/api/support.ts';
 import { useTestApp } from '../../../test/helpers/app.ts';
+import type { Db } from '../db/client.ts';
+import { claimTasksIn } from './claim.ts';
 import { GroupCommit } from './group-commit.ts';
+import { applyReportIn } from './reports.ts';
 
 /**
  * A group's task events need no statement when the group's own claim or report statement saw no global
@@ -83,6 +86,48 @@ describe('the events of a group commit', () => {
       patch: { status: 'DONE_ERROR', error: 'x', finishedAt: Date.now() },
     });
     expect(await deliveries(task.id)).toEqual(['task.updated RUNNING', 'task.updated DONE_ERROR']);
+  });
+
+  it("learns from the claim's and the report's own statements that no webhook exists (PGlite)", async (ctx) => {
+    if (!t.db.singleConnection) ctx.skip();
+    const task = await json(await t.call('POST', '/api/v1/tasks', VALID.task()), 201);
+    const agent = await insertAgent(t.db);
+    const group = new GroupCommit(t.ctx);
+    const as = { id: agent.id, name: agent.name, capabilities: [] };
+    // A webhook inserted after the statement looked: its events are not stored, so the statement's
+    // answer, not a later look, decided.
+    const hookAfter = (tx: Db, url: string) =>
+      tx.execute(
+        sql`INSERT INTO webhooks (id, event, url, secret, created_at, updated_at)
+            VALUES (gen_random_uuid(), 'task.updated', ${url}, 's', 0, 0)`,
+      );
+    const [claim] = await group.run(async (tx, ev) => {
+      const claimed = await claimTasksIn(tx, ev, Date.now(), as, 1, 60_000);
+      await hookAfter(tx, 'http://127.0.0.1:9/after-claim');
+      return claimed;
+    });
+    expect(claim?.task.id).toBe(task.id);
+    expect(await deliveries(task.id)).toEqual([]);
+    await t.db.db.execute(sql`DELETE FROM webhooks`);
+    await group.run(async (tx, ev) => {
+      await applyReportIn(
+        tx,
+        ev,
+        Date.now(),
+        agent.id,
+        {
+          taskId: task.id,
+          attempt: claim!.attempt,
+          leaseToken: claim!.leaseToken,
+          kind: 'update',
+          seq: 0,
+          patch: { status: 'DONE_SUCCESSFUL', finishedAt: Date.now() },
+        },
+        60_000,
+      );
+      await hookAfter(tx, 'http://127.0.0.1:9/after-report');
+    });
+    expect(await deliveries(task.id)).toEqual([]);
   });
 
   it('writes no events statement once a transaction run alone saw no webhook, and does once it saw one', async (ctx) => {

@@ -189,7 +189,8 @@ function fencedUpdate<T>(
     values.logTexts = textArrayLiteral(kept.map((l) => l.text));
     values.logAt = c.now;
   }
-  const key = `report:${returning}:${cols.join(',')}:${from?.join(',') ?? '*'}:${kept.length > 0}`;
+  const check = returning === 'row' && c.ev.wantsWebhookCheck;
+  const key = `report:${returning}:${cols.join(',')}:${from?.join(',') ?? '*'}:${kept.length > 0}:${check}`;
   return runCached<T[]>(
     c.tx,
     key,
@@ -217,7 +218,7 @@ function fencedUpdate<T>(
       // An update report's row comes with whether its events need the events statement (outbox.ts).
       const update =
         returning === 'row'
-          ? q.returning({ ...getTableColumns(tasks), webhooksExist })
+          ? q.returning(check ? { ...getTableColumns(tasks), webhooksExist } : getTableColumns(tasks))
           : // id and attempt for the logs' rows (below).
             q.returning({
               status: tasks.status,
@@ -270,7 +271,7 @@ async function applyFenced(
   const from = patch.status ? ALLOWED_FROM.get(patch.status) : ['PRE_PROCESSING', 'RUNNING'];
   if (!from?.length) return null;
   const finished = patch.status !== undefined && isDoneStatus(patch.status);
-  const [returned] = await fencedUpdate<TaskRow & { webhooksExist: boolean }>(
+  const [returned] = await fencedUpdate<TaskRow & { webhooksExist?: boolean }>(
     c,
     { ...updateReportColumns(c, patch, finished), updatedAt: now },
     from,
@@ -279,7 +280,7 @@ async function applyFenced(
   );
   if (!returned) return null;
   const { webhooksExist: hooks, ...updated } = returned;
-  ev.sawWebhooks(hooks);
+  if (hooks !== undefined) ev.sawWebhooks(hooks);
   const changed = await taskChanged(tx, ev, updated, patch.status, {
     progressOnly: isProgressOnly(patch),
     now,
