@@ -114,6 +114,27 @@ describe('runTask: success', () => {
     expect(midway.every((p) => p.remaining !== undefined && p.remaining >= 0 && p.remaining <= 3)).toBe(true);
   });
 
+  it('reads the duration of each segment of a chain that hides it, for that segment', async () => {
+    const clip = fx.makeClip('quiet-chain.mp4', 2);
+    const { result, reporter } = await fx.run({
+      inputFile: { raw: clip, resolved: '' },
+      command: {
+        raw: '-loglevel error -re -i ${INPUT_FILE} -c:v mpeg4 -y ${INPUT_FILE_DIR}/first.mp4 && ${TRANSCODER} -loglevel error -re -i ${INPUT_FILE_DIR}/first.mp4 -t 1.5 -c:v mpeg4 -y ${OUTPUT_FILE}',
+        resolved: '',
+      },
+      outputFile: { raw: '${INPUT_FILE_DIR}/quiet-chain/out.mp4', resolved: '' },
+    });
+    expect(result).toEqual({ status: 'DONE_SUCCESSFUL', error: '' });
+    const reads = reporter.text('agent').match(/transcoder: printed no input duration; read it from \S+/g);
+    expect(reads).toEqual([
+      `transcoder: printed no input duration; read it from ${clip}`,
+      `transcoder: printed no input duration; read it from ${fx.file('first.mp4')}`,
+    ]);
+    // Progress never went back.
+    const progress = reporter.updates.map((u) => u.patch.progress).filter((p) => p !== undefined);
+    expect(progress).toEqual([...progress].sort((a, b) => a - b));
+  });
+
   it('runs pre-processing, the transcoder and post-processing with sidecars, arguments and environment', async () => {
     const pre = recordingScript('pre');
     const post = recordingScript('post');

@@ -96,15 +96,21 @@ export async function runTranscode(input: TranscodeInput): Promise<StepOutcome> 
     const limits = durationLimits(args);
     input.logs.agent.add(`transcoder: $ ${formatCommandLine([[input.transcoderPath, ...argv]])}`);
     // A command that lowers the log level (`-loglevel error`) hides the input's Duration line: at the
-    // first progress block without a duration, the input is read once more for it (probeDuration).
+    // segment's first progress block without a duration of its own, its input is read once more for
+    // it (probeDuration; a later segment whose input is no file keeps the last segment's duration).
     const probe = new AbortController();
     let probing = false;
+    // While the probe runs, the segment is measured against nothing (its start), not against an earlier
+    // segment's duration, which could put it further along than it is.
+    let pending = false;
     const probeWhenNeeded = () => {
-      if (probing || duration !== null) return;
+      if (probing || segmentDuration !== null) return;
       probing = true;
       const file = firstInput(args);
       if (file === null) return;
+      pending = true;
       void probeDuration(input, file, probe.signal).then((seconds) => {
+        pending = false;
         if (seconds === null || segmentDuration !== null || probe.signal.aborted) return;
         duration = segmentDuration = outputDuration(seconds, limits);
         input.logs.agent.add(`transcoder: printed no input duration; read it from ${file}`);
@@ -122,7 +128,8 @@ export async function runTranscode(input: TranscodeInput): Promise<StepOutcome> 
         const sample = parser.push(line);
         if (!sample) return;
         probeWhenNeeded();
-        input.onProgress(computeTaskProgress(sample.outTimeSeconds, duration, sample.speed, position));
+        const against = pending ? segmentDuration : duration;
+        input.onProgress(computeTaskProgress(sample.outTimeSeconds, against, sample.speed, position));
       },
       onStderrLine: (line) => {
         input.logs.transcoder.add(line);
