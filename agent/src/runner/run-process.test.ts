@@ -365,6 +365,31 @@ describe.each(spawners)('runProcess (%s spawner)', (spawner) => {
       },
     );
 
+    it("hands over a line printed on stderr after stdout's lines after them, also when a read falls in between", async () => {
+      dir = mkdtempSync(path.join(tmpdir(), 'ffleet-capture-'));
+      const order: string[] = [];
+      // The read that hands over `first` is held up (the callback runs inside it) while the process prints
+      // `second` and then `marker` on stderr: a read that took stdout up to its size of the moment and
+      // stderr after it handed `marker` over before `second`.
+      const result = await runProcess({
+        file: '/bin/sh',
+        args: ['-c', 'echo first; sleep 0.4; echo second; echo marker >&2; sleep 0.3'],
+        captureDir: dir,
+        onStdoutLine: (l) => {
+          order.push(l);
+          if (l === 'first') {
+            const until = Date.now() + 400;
+            while (Date.now() < until) {
+              // Busy: the read is in progress.
+            }
+          }
+        },
+        onStderrLine: (l) => order.push(l),
+      });
+      expect(result.ok).toBe(true);
+      expect(order).toEqual(['first', 'second', 'marker']);
+    });
+
     it('loses no line of a process that prints without a pause while what was read is freed', async () => {
       dir = mkdtempSync(path.join(tmpdir(), 'ffleet-capture-'));
       const out: string[] = [];

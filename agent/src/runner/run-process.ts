@@ -219,12 +219,17 @@ export function runProcess(options: RunProcessOptions): Promise<RunProcessResult
     const stderrLines = files
       ? captureLines(files[1], stderrTail, options.onStderrLine, free)
       : attachLines(child?.stderr ?? null, stderrTail, options.onStderrLine);
-    const pollTimer = files
-      ? setInterval(() => {
-          stdoutLines.read();
-          stderrLines.read();
-        }, CAPTURE_POLL_MS)
-      : undefined;
+    // Both capture files are read up to what each held at one moment: a line one stream printed after
+    // that moment never comes before what the other printed earlier (a script's last stderr line ahead
+    // of its last stdout lines, which then pushed it out of the step's kept tail). Within one read,
+    // stdout's lines still come before stderr's.
+    const readCaptures = (): void => {
+      const out = stdoutLines.size();
+      const err = stderrLines.size();
+      stdoutLines.read(out);
+      stderrLines.read(err);
+    };
+    const pollTimer = files ? setInterval(readCaptures, CAPTURE_POLL_MS) : undefined;
 
     /** Signal the process group; false when it has no member left (ESRCH). */
     const killGroup = (sig: NodeJS.Signals | 0): boolean => {
@@ -268,6 +273,7 @@ export function runProcess(options: RunProcessOptions): Promise<RunProcessResult
       // (One kill(2) when the group is empty, as it is after nearly every process.)
       const leftovers = result.error === undefined && killGroup(0);
       if (leftovers) killGroup('SIGKILL');
+      readCaptures();
       stdoutLines.end();
       stderrLines.end();
       const ok = result.error === undefined && result.code === 0 && !canceled;
@@ -307,8 +313,11 @@ export function runProcess(options: RunProcessOptions): Promise<RunProcessResult
   });
 }
 
-/** Captured output: `read` takes what arrived so far, `end` the rest and the last line. */
-type Capture = { read: () => void; end: () => void };
+/**
+ * Captured output: `read` takes what arrived so far (up to `upTo` bytes of the file when given, the
+ * `size` it had at some moment; null: unknown, nothing read), `end` the rest and the last line.
+ */
+type Capture = { size: () => number | null; read: (upTo?: number | null) => void; end: () => void };
 
 let captureSeq = 0;
 
@@ -357,14 +366,17 @@ function captureLines(
   /** Bytes before this offset have been read and freed (punched out). */
   let freed = 0;
   let closed = false;
-  /** Read what the file holds past `pos`; false when it cannot be read (the capture stops). */
-  const readToSize = (): boolean => {
-    let size: number;
+  const sizeNow = (): number | null => {
     try {
-      size = fstatSync(fd).size;
+      return fstatSync(fd).size;
     } catch {
-      return false;
+      return null;
     }
+  };
+  /** Read what the file holds past `pos` (up to `upTo`); false when it cannot be read (the capture stops). */
+  const readToSize = (upTo: number | null = sizeNow()): boolean => {
+    if (upTo === null) return false;
+    const size = upTo;
     while (pos < size) {
       const chunk = Buffer.allocUnsafe(Math.min(size - pos, 256 * 1024));
       let n: number;
@@ -381,8 +393,8 @@ function captureLines(
     }
     return true;
   };
-  const read = () => {
-    if (closed || !readToSize() || pos - freed < free.at) return;
+  const read = (upTo?: number | null) => {
+    if (closed || !readToSize(upTo === undefined ? sizeNow() : upTo) || pos - freed < free.at) return;
     if (free.punch && punchHole(fd, freed, pos - freed)) {
       freed = pos;
       return;
@@ -403,6 +415,7 @@ function captureLines(
     }
   };
   return {
+    size: () => (closed ? null : sizeNow()),
     read,
     end: () => {
       if (closed) return;
@@ -429,6 +442,7 @@ function attachLines(
     splitter?.push(decoder.write(chunk));
   });
   return {
+    size: () => null,
     read: () => {},
     end: () => {
       if (ended) return;
