@@ -273,6 +273,7 @@ export function runProcess(options: RunProcessOptions): Promise<RunProcessResult
       // (One kill(2) when the group is empty, as it is after nearly every process.)
       const leftovers = result.error === undefined && killGroup(0);
       if (leftovers) killGroup('SIGKILL');
+      // The last read: the process has exited and what it left running is killed.
       readCaptures();
       stdoutLines.end();
       stderrLines.end();
@@ -315,7 +316,8 @@ export function runProcess(options: RunProcessOptions): Promise<RunProcessResult
 
 /**
  * Captured output: `read` takes what arrived so far (up to `upTo` bytes of the file when given, the
- * `size` it had at some moment; null: unknown, nothing read), `end` the rest and the last line.
+ * `size` it had at some moment; null: unknown, nothing read), `end` hands over the last line and
+ * closes (read what is left first).
  */
 type Capture = { size: () => number | null; read: (upTo?: number | null) => void; end: () => void };
 
@@ -353,7 +355,7 @@ function openCaptureFiles(dir: string | null): [number, number] | null {
   }
 }
 
-/** Read a capture file from where the last read stopped; `end` reads the rest and closes it. */
+/** Read a capture file from where the last read stopped; `end` closes it. */
 function captureLines(
   fd: number,
   tail: TailBuffer,
@@ -419,7 +421,6 @@ function captureLines(
     read,
     end: () => {
       if (closed) return;
-      read();
       closed = true;
       closeSync(fd);
       splitter?.push(decoder.end());
