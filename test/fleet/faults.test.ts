@@ -152,6 +152,15 @@ describe('agent faults', () => {
     expect(done.status).toBe('DONE_SUCCESSFUL');
     // A frozen agent cannot take it; one whose transcoder alone is stopped kills that after 2.5 s and may.
     if (freeze === 'agent') expect(done.agent?.name).toBe(other.label);
+    if (freeze === 'agent') {
+      // The agent wakes first: what it does then is under test (the cancel it reads late kills its
+      // transcoder at once, still stopped, and keeps the path). A whole box resumes at once, and its
+      // transcoder may then write for the moment before it is killed (README: two writers on one
+      // path); how much it writes in that moment (-re catching up the frozen seconds, up to the new
+      // file's index at its end) is a race this test cannot time.
+      runner.thaw([runner.pid]);
+      await runner.waitForOutput(/"keepsOutput":true,"msg":"cancel"/, 10_000);
+    }
     runner.thaw(tree);
     await waitFor(() => tree.filter(isTranscoder).length === 0, 10_000, 'old transcoder gone');
     await sleep(500);
@@ -163,8 +172,7 @@ describe('agent faults', () => {
   }
 
   it('keeps the output of the task that replaced a deleted one when the frozen agent reads the cancel late', async () => {
-    const runner = await deleteWhileFrozen('late', 'agent');
-    await runner.waitForOutput(/"keepsOutput":true,"msg":"cancel"/, 1_000);
+    await deleteWhileFrozen('late', 'agent');
   }, 120_000);
 
   it('keeps the output of the task that replaced a deleted one when the old transcoder stops late', async () => {
