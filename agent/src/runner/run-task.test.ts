@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FFMPEG, RunFixture } from './fixtures/run-fixture.ts';
 import { makeStep } from './fixtures/sample-task.ts';
 import { LOG_OMITTED_TAIL_BYTES, LOG_STEP_BUDGET_BYTES } from './log-batcher.ts';
+import { nativeSpawnCount, nativeSpawnStatus } from './native-spawn.ts';
 import { protectedDirs } from './protected-paths.ts';
 
 let fx: RunFixture;
@@ -113,6 +114,23 @@ describe('runTask: success', () => {
     expect(midway.length).toBeGreaterThan(0);
     expect(midway.every((p) => p.remaining !== undefined && p.remaining >= 0 && p.remaining <= 3)).toBe(true);
   });
+
+  it.runIf(nativeSpawnStatus().available)(
+    'starts no duration probe for a command that prints its Duration line, also with reads during the run',
+    async () => {
+      const clip = fx.makeClip('loud-in.mp4', 2);
+      const before = nativeSpawnCount();
+      const { result, reporter } = await fx.run({
+        inputFile: { raw: clip, resolved: '' },
+        command: { raw: '-re -i ${INPUT_FILE} -c:v mpeg4 -y ${OUTPUT_FILE}', resolved: '' },
+        outputFile: { raw: '${INPUT_FILE_DIR}/loud/${INPUT_FILE_BASENAME}.mp4', resolved: '' },
+      });
+      expect(result).toEqual({ status: 'DONE_SUCCESSFUL', error: '' });
+      expect(reporter.text('transcoder')).toContain('Duration: 00:00:02.00');
+      // The transcoder only: progress read in the middle of the run did not start a probe.
+      expect(nativeSpawnCount() - before).toBe(1);
+    },
+  );
 
   it('reads the duration of each segment of a chain that hides it, for that segment', async () => {
     const clip = fx.makeClip('quiet-chain.mp4', 2);

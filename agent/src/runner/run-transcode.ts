@@ -109,7 +109,7 @@ export async function runTranscode(input: TranscodeInput): Promise<StepOutcome> 
       const file = firstInput(args);
       if (file === null) return;
       pending = true;
-      void probeDuration(input, file, probe.signal).then((seconds) => {
+      void probeDuration(input, file, probe.signal, () => segmentDuration === null).then((seconds) => {
         pending = false;
         if (seconds === null || segmentDuration !== null || probe.signal.aborted) return;
         duration = segmentDuration = outputDuration(seconds, limits);
@@ -175,13 +175,22 @@ function firstInput(args: readonly string[]): string | null {
  * an image), the probe failed or took longer than the transcoder's probes may (PROBE_TIMEOUT_MS), or `stop` was aborted (the segment
  * ended). One transcoder run per segment, only for commands whose own output shows no duration.
  */
-async function probeDuration(input: TranscodeInput, file: string, stop: AbortSignal): Promise<number | null> {
+async function probeDuration(
+  input: TranscodeInput,
+  file: string,
+  stop: AbortSignal,
+  /**
+   * Still without a duration: checked after a turn of the loop, because a read hands over stdout's
+   * progress before stderr's lines of the same moment, whose Duration line then makes the probe moot.
+   */
+  needed: () => boolean,
+): Promise<number | null> {
   try {
     if (!(await stat(file)).isFile()) return null;
   } catch {
     return null;
   }
-  if (stop.aborted) return null;
+  if (stop.aborted || !needed()) return null;
   let seconds: number | null = null;
   await runProcess({
     file: input.transcoderPath,
