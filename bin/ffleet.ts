@@ -1,6 +1,10 @@
+import { readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { AGENT_ID_RE } from '@ffleet/shared';
 import { Command, CommanderError } from 'commander';
 import { AGENT_ENV_VARS, AgentConfigError, parseAgentConfig } from '../agent/src/config.ts';
 import type { FleetAgent } from '../agent/src/fleet-agent.ts';
+import { agentTokenFor, agentTokenPath } from '../control-plane/src/agent-token.ts';
 import {
   CONTROL_PLANE_ENV_VARS,
   ConfigError,
@@ -117,7 +121,11 @@ async function runControlPlane(withLocalAgent: boolean): Promise<void> {
       await cp.stop().catch(() => {});
       exitInvalid(agentParsed.problems);
     }
-    const agentConfig = agentParsed.value;
+    // Under FFLEET_AGENT_AUTH=per-agent the fleet token logs no agent in: the local agent gets its own.
+    const agentConfig =
+      config.agentAuth === 'per-agent'
+        ? { ...agentParsed.value, token: agentTokenFor(cp.agentToken, agentParsed.value.name) }
+        : agentParsed.value;
     const { FleetAgent } = await loadAgent();
     agent = new FleetAgent({ config: agentConfig, logger, version: VERSION });
     try {
@@ -145,6 +153,33 @@ async function runControlPlane(withLocalAgent: boolean): Promise<void> {
     },
     agent !== null,
   );
+}
+
+/**
+ * `ffleet agent-token <name>`: the token that logs in `name` and no other agent (agentTokenFor), from
+ * FFLEET_AGENT_TOKEN or the one the control plane keeps in FFLEET_DATA_DIR. It never generates one: a
+ * token nobody's control plane holds would let nothing in.
+ */
+function printAgentToken(name: string): void {
+  if (!AGENT_ID_RE.test(name)) {
+    exitInvalid([
+      `agent name ${JSON.stringify(name)}: use 1-100 letters, digits, '_', '.', '-' (as FFLEET_AGENT_NAME)`,
+    ]);
+  }
+  let fleetToken = process.env.FFLEET_AGENT_TOKEN;
+  if (!fleetToken) {
+    const file = agentTokenPath(resolve(process.env.FFLEET_DATA_DIR || './data'));
+    try {
+      fleetToken = readFileSync(file, 'utf8').trim();
+    } catch (err) {
+      const why = (err as NodeJS.ErrnoException).code === 'ENOENT' ? 'not found' : (err as Error).message;
+      exitInvalid([
+        `FFLEET_AGENT_TOKEN: not set, and ${file}: ${why}; run this where the control plane runs (or set FFLEET_DATA_DIR to its data dir)`,
+      ]);
+    }
+    if (!fleetToken) exitInvalid([`FFLEET_AGENT_TOKEN: not set, and ${file} is empty`]);
+  }
+  process.stdout.write(`${agentTokenFor(fleetToken, name)}\n`);
 }
 
 /** `--help`'s closing lines: the commands take no options, everything comes from the environment. */
@@ -195,9 +230,16 @@ program
   .command('agent')
   .description('an agent for an encode box')
   .action(() => runAgent(VERSION));
+program
+  .command('agent-token')
+  .description("print an agent's own token (run where the control plane's agent token is)")
+  .argument('<name>', "the agent's name (its FFLEET_AGENT_NAME)")
+  .action((name: string) => printAgentToken(name));
 
 if (process.argv.length <= 2) {
-  process.stderr.write('ffleet: missing command: start | control-plane | agent (ffleet --help lists them)\n');
+  process.stderr.write(
+    'ffleet: missing command: start | control-plane | agent | agent-token (ffleet --help lists them)\n',
+  );
   process.exit(EXIT_CONFIG);
 }
 try {

@@ -2,7 +2,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync }
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { agentTokenPath, loadAgentToken } from './agent-token.ts';
+import { AGENT_TOKEN_PREFIX, agentTokenFor, agentTokenPath, loadAgentToken } from './agent-token.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'ffleet-agent-token-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -40,5 +40,28 @@ describe('loadAgentToken', () => {
     await expect(loadAgentToken(dir, undefined)).rejects.toThrow(
       `cannot read the agent token file ${agentTokenPath(dir)}: EISDIR`,
     );
+  });
+});
+
+describe('agentTokenFor', () => {
+  it('is the HMAC-SHA256 of the name under the fleet token (as openssl computes it), per name and fleet', () => {
+    // printf 'ffleet agent token v1\nencode-01' | openssl dgst -sha256 -hmac fleet-secret -binary | base64url
+    expect(agentTokenFor('fleet-secret', 'encode-01')).toBe(
+      'fa1_xsok6MYLDOwfSOnZg72GK8w6XhacPjEUCE20F7FQojc',
+    );
+    const tokens = new Set([
+      agentTokenFor('fleet-secret', 'encode-01'),
+      agentTokenFor('fleet-secret', 'encode-02'),
+      agentTokenFor('fleet-secret', 'Encode-01'),
+      agentTokenFor('other-secret', 'encode-01'),
+    ]);
+    expect(tokens.size).toBe(4);
+    for (const t of tokens) expect(t).toMatch(new RegExp(`^${AGENT_TOKEN_PREFIX}[A-Za-z0-9_-]{43}$`));
+  });
+
+  it('refuses a name no agent can have', () => {
+    for (const name of ['', 'a b', 'x/y', 'a'.repeat(101), 'encode-01\n']) {
+      expect(() => agentTokenFor('fleet-secret', name), JSON.stringify(name)).toThrow(/invalid agent name/);
+    }
   });
 });

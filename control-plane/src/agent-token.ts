@@ -1,7 +1,7 @@
-import { randomBytes } from 'node:crypto';
+import { createHmac, randomBytes } from 'node:crypto';
 import { chmodSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { makeDirectory } from '@ffleet/shared';
+import { AGENT_ID_RE, makeDirectory } from '@ffleet/shared';
 
 /** The file (0600) in the data dir that keeps a generated agent token across restarts. */
 export const agentTokenPath = (dataDir: string): string => join(dataDir, 'agent-token');
@@ -29,4 +29,20 @@ export async function loadAgentToken(
   writeFileSync(file, `${token}\n`, { mode: 0o600 });
   chmodSync(file, 0o600);
   return { token, generated: true };
+}
+
+/** Marks a per-agent token (and its derivation's version): `fa1_` + 43 base64url characters. */
+export const AGENT_TOKEN_PREFIX = 'fa1_';
+
+/**
+ * The token of one agent: an HMAC-SHA256 of its name under the fleet's agent token. The control plane
+ * (which holds the fleet token) recomputes it at each login, so no table of tokens is kept; the box
+ * holds only its own token, which logs in under its own name and no other. `ffleet agent-token <name>`
+ * prints it; `FFLEET_AGENT_AUTH=per-agent` makes it the only way in (the fleet token then stays on the
+ * control plane). Rotating the fleet token replaces every agent's token.
+ */
+export function agentTokenFor(fleetToken: string, agentName: string): string {
+  if (!AGENT_ID_RE.test(agentName)) throw new Error(`invalid agent name ${JSON.stringify(agentName)}`);
+  const mac = createHmac('sha256', fleetToken).update(`ffleet agent token v1\n${agentName}`).digest();
+  return `${AGENT_TOKEN_PREFIX}${mac.toString('base64url')}`;
 }

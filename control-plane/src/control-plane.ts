@@ -137,6 +137,7 @@ export async function startControlPlane(
       const broker = new EmbeddedBroker({
         port: config.mqttPort,
         agentToken,
+        agentAuth: config.agentAuth,
         // The control plane needs no login here (local link below): its user name stays reserved, with a
         // random token nobody holds, so no agent can connect under it and get its rights.
         internalUser: INTERNAL_MQTT_USER,
@@ -149,6 +150,10 @@ export async function startControlPlane(
       // The control plane talks to a broker in its own process without an MQTT connection.
       local = broker.localLink();
     } else {
+      if (config.agentAuth === 'per-agent')
+        logger.info(
+          'FFLEET_AGENT_AUTH=per-agent: the external broker checks agent logins (its password file decides which tokens it takes)',
+        );
       const u = new URL(mqttUrl);
       if (u.username) cpUser = decodeURIComponent(u.username);
       cpPass = u.password ? decodeURIComponent(u.password) : agentToken;

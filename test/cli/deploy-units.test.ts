@@ -1,9 +1,12 @@
 // The systemd units in deploy/systemd: what they promise operators depends on a few directives.
 import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { agentTokenFor } from '../../control-plane/src/agent-token.ts';
+import { isMosquittoAvailable, MosquittoProcess } from '../../control-plane/src/broker/mosquitto-process.ts';
+import { connectRaw, findFreePort } from '../../control-plane/src/broker/test-brokers.ts';
 
 const UNITS = join(import.meta.dirname, '../../deploy/systemd');
 const directives = (file: string): Map<string, string> =>
@@ -90,4 +93,42 @@ describe('deploy/mosquitto/generate-config.ts', () => {
       rmSync(dir, { recursive: true, force: true });
     }
   }, 120_000);
+
+  it.skipIf(!isMosquittoAvailable())(
+    '--per-agent-tokens: Mosquitto lets each agent in with its own token only (ffleet agent-token)',
+    async () => {
+      const dir = mkdtempSync(join(tmpdir(), 'ffleet-mosq-own-'));
+      const port = await findFreePort();
+      const mosquitto = new MosquittoProcess({ confPath: join(dir, 'mosquitto.conf'), port });
+      try {
+        const args = ['--dir', dir, '--agents', 'enc-1,enc-2', '--port', String(port), '--per-agent-tokens'];
+        // Under root, Mosquitto would drop to `mosquitto`, which cannot read a private temp dir.
+        if (process.getuid?.() === 0) args.push('--run-as', userInfo().username);
+        expect(generate(args)).toMatchObject({ code: 0 });
+        expect(readFileSync(join(dir, 'mosquitto.conf'), 'utf8')).toContain(
+          'Each agent has a token of its own',
+        );
+        const passwd = readFileSync(join(dir, 'passwd'), 'utf8');
+        expect(passwd).not.toContain('agent-token-1');
+        expect(passwd).not.toContain(agentTokenFor('agent-token-1', 'enc-1'));
+        const started = await mosquitto.start();
+        expect(started).toEqual({ ok: true });
+        const url = `mqtt://127.0.0.1:${port}`;
+        const login = async (username: string, password: string) => {
+          const r = await connectRaw(url, { username, password });
+          if (r.ok) await r.client.endAsync(true);
+          return r.ok;
+        };
+        expect(await login('enc-1', agentTokenFor('agent-token-1', 'enc-1'))).toBe(true);
+        expect(await login('enc-2', agentTokenFor('agent-token-1', 'enc-2'))).toBe(true);
+        expect(await login('enc-2', agentTokenFor('agent-token-1', 'enc-1'))).toBe(false);
+        expect(await login('enc-1', 'agent-token-1')).toBe(false);
+        expect(await login('ffleet-control-plane', 'internal-1')).toBe(true);
+      } finally {
+        await mosquitto.stop();
+        rmSync(dir, { recursive: true, force: true });
+      }
+    },
+    120_000,
+  );
 });

@@ -28,7 +28,7 @@ function ffleet(args: string[], env: Record<string, string> = {}) {
 describe('ffleet usage and configuration errors', () => {
   it('a missing or unknown command, a stray argument or option: one line, exit code 2', () => {
     for (const [args, line] of [
-      [[], 'ffleet: missing command: start | control-plane | agent (ffleet --help lists them)'],
+      [[], 'ffleet: missing command: start | control-plane | agent | agent-token (ffleet --help lists them)'],
       [['frobnicate'], "ffleet: unknown command 'frobnicate'"],
       [['start', 'extra'], "ffleet: too many arguments for 'start'. Expected 0 arguments but got 1."],
       [['agent', '--bogus'], "ffleet: unknown option '--bogus'"],

@@ -2,6 +2,7 @@ import { createServer, type Server, type Socket } from 'node:net';
 import { AGENT_ID_RE, MQTT_MAX_PAYLOAD_BYTES } from '@ffleet/shared';
 import { Aedes, type AedesPublishPacket, type AuthenticateError, type Client } from 'aedes';
 import type { Logger } from 'pino';
+import { agentTokenFor } from '../agent-token.ts';
 import { checkAgentPublish, equalSecrets, mayAgentSubscribe, type PublishRefusal } from './broker-acl.ts';
 import { capPacketSize, MQTT_MAX_PACKET_BYTES } from './packet-size-cap.ts';
 
@@ -10,8 +11,13 @@ export interface EmbeddedBrokerOptions {
   port: number;
   /** Interface to bind; default all interfaces, so remote agents can connect. */
   host?: string;
-  /** Shared secret every agent presents as its MQTT password. */
+  /** The fleet's agent token: an agent's own token is derived from it (agentTokenFor). */
   agentToken: string;
+  /**
+   * `shared` (default): an agent logs in with the fleet token or its own token; `per-agent`: with its
+   * own token only, so a box's token cannot log in under another agent's name (FFLEET_AGENT_AUTH).
+   */
+  agentAuth?: 'shared' | 'per-agent';
   /** Username of the control plane's own client, which has all rights. */
   internalUser: string;
   internalToken: string;
@@ -44,7 +50,7 @@ const DRAIN_TIMEOUT_MS = 30_000;
 
 /**
  * The MQTT broker built into the control plane (aedes over a plain TCP server) for single-host
- * installs. Authenticates agents by name + shared token and confines each to its own topics, to
+ * installs. Authenticates agents by name + token (the fleet's, or the agent's own) and confines each to its own topics, to
  * payloads of at most `MQTT_MAX_PAYLOAD_BYTES` and to retaining its `status` only; the internal user
  * (the control plane) may do anything. State is in memory: a restart drops sessions and
  * retained births, which agents restore by republishing on reconnect.
@@ -236,7 +242,12 @@ export class EmbeddedBroker {
       return;
     }
     // Never log the password; the names are what an operator needs to find the misconfigured host.
-    this.logger.warn({ client: client.id, username }, 'connection refused: bad credentials');
+    if (this.opts.agentAuth === 'per-agent' && equalSecrets(password, this.opts.agentToken)) {
+      this.logger.warn(
+        { client: client.id, username },
+        `connection refused: the fleet's agent token no longer logs agents in (FFLEET_AGENT_AUTH=per-agent); give this box its own token: ffleet agent-token ${username ?? '<name>'}`,
+      );
+    } else this.logger.warn({ client: client.id, username }, 'connection refused: bad credentials');
     const err = new Error('bad username or password') as AuthenticateError;
     err.returnCode = BAD_CREDENTIALS as AuthenticateError['returnCode'];
     done(err, null);
@@ -250,11 +261,10 @@ export class EmbeddedBroker {
       this.internalClients.add(client);
       return true;
     }
+    if (username === undefined || !AGENT_ID_RE.test(username) || client.id !== username) return false;
     return (
-      username !== undefined &&
-      AGENT_ID_RE.test(username) &&
-      client.id === username &&
-      equalSecrets(password, agentToken)
+      equalSecrets(password, agentTokenFor(agentToken, username)) ||
+      (this.opts.agentAuth !== 'per-agent' && equalSecrets(password, agentToken))
     );
   }
 }

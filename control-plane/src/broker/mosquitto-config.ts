@@ -16,7 +16,10 @@ export interface MosquittoConfigOptions {
   port: number;
   /** Listener address; default 127.0.0.1 (set 0.0.0.0 for remote agents, ideally behind TLS). */
   host?: string;
-  /** One entry per agent: its name and token (Mosquitto has no "any name + shared token" mode). */
+  /**
+   * One entry per agent: its name and token (Mosquitto has no "any name + shared token" mode): the
+   * fleet's agent token, or each agent's own (agentTokenFor).
+   */
   agents: MosquittoUser[];
   /** The control plane's own user; it gets all rights under the ffleet root. */
   internal: MosquittoUser;
@@ -70,6 +73,8 @@ export function renderMosquittoConf(opts: {
   maxQueuedMessages: number;
   persistenceDir?: string;
   runAsUser?: string;
+  /** Every agent has a password of its own (not one shared token): only the comment differs. */
+  ownTokens?: boolean;
 }): string {
   const persistence = opts.persistenceDir
     ? [
@@ -101,9 +106,17 @@ export function renderMosquittoConf(opts: {
     // implicit default listener on port 1883.
     `listener ${opts.port} ${opts.host}`,
     '# The client id is the username, and the ACL confines each client to the topics of the name it',
-    '# logged in with. That name proves little: every agent presents the same token, a fleet-wide',
-    '# credential with which anyone can log in under any agent name in the password file (and take over',
-    "# that agent's session). Guard the agent token like a root credential for the fleet.",
+    ...(opts.ownTokens
+      ? [
+          '# logged in with. Each agent has a token of its own (`ffleet agent-token <name>`), which logs in',
+          '# under its name only: a box that is lost or compromised cannot pose as another agent.',
+        ]
+      : [
+          '# logged in with. That name proves little: every agent presents the same token, a fleet-wide',
+          '# credential with which anyone can log in under any agent name in the password file (and take over',
+          "# that agent's session). Guard the agent token like a root credential for the fleet, or give each",
+          '# agent its own token (generate-config.ts --per-agent-tokens, `ffleet agent-token <name>`).',
+        ]),
     'use_username_as_clientid true',
     '',
     'allow_anonymous false',
@@ -149,6 +162,8 @@ export async function writeMosquittoConfig(opts: MosquittoConfigOptions): Promis
     maxQueuedMessages: opts.maxQueuedMessages ?? DEFAULT_MAX_QUEUED,
     persistenceDir: opts.persistenceDir && resolve(opts.persistenceDir),
     runAsUser,
+    ownTokens:
+      opts.agents.length > 1 && new Set(opts.agents.map((a) => a.password)).size === opts.agents.length,
   });
   await writeFile(confPath, conf, { mode: 0o644 });
   return { ok: true, confPath, passwordFile, aclFile };

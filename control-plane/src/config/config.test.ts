@@ -46,4 +46,12 @@ describe('parseConfig', () => {
     expect(long.shortTokens).toEqual([]);
     expect(parseConfig({}).shortTokens).toEqual([]);
   });
+
+  it('FFLEET_AGENT_AUTH: shared by default, per-agent on request, anything else named', () => {
+    expect(parseConfig({}).agentAuth).toBe('shared');
+    expect(parseConfig({ FFLEET_AGENT_AUTH: 'per-agent' }).agentAuth).toBe('per-agent');
+    expect(() => parseConfig({ FFLEET_AGENT_AUTH: 'peragent' })).toThrow(
+      /^invalid configuration: FFLEET_AGENT_AUTH: /,
+    );
+  });
 });

@@ -33,6 +33,11 @@ const EnvSchema = z.object({
   FFLEET_API_TOKENS: z.string().optional(),
   /** Token agents present to join; generated and kept in the data dir when unset. */
   FFLEET_AGENT_TOKEN: z.string().optional(),
+  /**
+   * What the embedded broker lets an agent log in with: `shared` the fleet token or the agent's own
+   * token, `per-agent` only the agent's own (`ffleet agent-token <name>`; agent-token.ts).
+   */
+  FFLEET_AGENT_AUTH: z.enum(['shared', 'per-agent']).default('shared'),
   /** Run one agent inside the control-plane process. */
   FFLEET_LOCAL_AGENT: bool.default(false),
   /** Per-attempt webhook delivery timeout. */
@@ -63,6 +68,7 @@ export type ControlPlaneConfig = {
   mqttPort: number;
   apiTokens: string[];
   agentToken: string | undefined;
+  agentAuth: 'shared' | 'per-agent';
   /** Token variables holding a token shorter than SHORT_TOKEN_CHARS: accepted, warned about at start. */
   shortTokens: string[];
   localAgent: boolean;
@@ -121,6 +127,7 @@ export function parseConfig(env: Record<string, string | undefined>): ControlPla
     mqttPort: e.MQTT_PORT,
     apiTokens,
     agentToken: e.FFLEET_AGENT_TOKEN,
+    agentAuth: e.FFLEET_AGENT_AUTH,
     shortTokens,
     localAgent: e.FFLEET_LOCAL_AGENT,
     webhookTimeoutMs: e.FFLEET_WEBHOOK_TIMEOUT_MS,

@@ -1,0 +1,175 @@
+/**
+ * Agents' own tokens (FFLEET_AGENT_AUTH=per-agent): `ffleet agent-token <name>` prints the token that
+ * logs in that name and no other, and a control plane in per-agent mode lets in agents holding their
+ * own token (its local agent too) and nobody presenting the fleet token or another agent's.
+ */
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { agentTokenFor } from '../../control-plane/src/agent-token.ts';
+import { ApiClient } from '../fleet/support/api-client.ts';
+import { ENCODE } from '../fleet/support/fixtures.ts';
+import {
+  type ChildProcessHandle,
+  findFreePort,
+  OWN_VARS,
+  REPO_ROOT,
+  spawnFfleet,
+} from '../fleet/support/processes.ts';
+import { makeTestVideo, waitFor } from '../helpers/cluster.ts';
+
+const dir = mkdtempSync(join(tmpdir(), 'ffleet-agent-token-cli-'));
+const procs: ChildProcessHandle[] = [];
+afterAll(async () => {
+  await Promise.all(procs.map((p) => p.terminate('SIGKILL')));
+  rmSync(dir, { recursive: true, force: true });
+});
+
+function agentToken(args: string[], env: Record<string, string> = {}) {
+  const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !OWN_VARS.test(k)));
+  const r = spawnSync(process.execPath, [join(REPO_ROOT, 'bin/ffleet.js'), 'agent-token', ...args], {
+    cwd: REPO_ROOT,
+    env: { ...base, ...env },
+    encoding: 'utf8',
+    timeout: 60_000,
+  });
+  return { code: r.status, stdout: r.stdout, stderr: r.stderr.trim() };
+}
+
+describe('ffleet agent-token', () => {
+  it("prints an agent's token from the control plane's data dir or FFLEET_AGENT_TOKEN", () => {
+    const data = join(dir, 'data-print');
+    mkdirSync(data, { recursive: true });
+    writeFileSync(join(data, 'agent-token'), 'kept-fleet-token\n', { mode: 0o600 });
+    expect(agentToken(['encode-01'], { FFLEET_DATA_DIR: data })).toEqual({
+      code: 0,
+      stdout: `${agentTokenFor('kept-fleet-token', 'encode-01')}\n`,
+      stderr: '',
+    });
+    expect(
+      agentToken(['encode-01'], { FFLEET_DATA_DIR: data, FFLEET_AGENT_TOKEN: 'set-fleet-token' }),
+    ).toMatchObject({ code: 0, stdout: `${agentTokenFor('set-fleet-token', 'encode-01')}\n` });
+    // As the README runs it: `npm run -s agent-token -- <name>` prints the token alone.
+    const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !OWN_VARS.test(k)));
+    const npm = spawnSync('npm', ['run', '-s', 'agent-token', '--', 'encode-02'], {
+      cwd: REPO_ROOT,
+      env: { ...base, FFLEET_AGENT_TOKEN: 'set-fleet-token' },
+      encoding: 'utf8',
+      timeout: 60_000,
+    });
+    expect({ code: npm.status, stdout: npm.stdout }).toEqual({
+      code: 0,
+      stdout: `${agentTokenFor('set-fleet-token', 'encode-02')}\n`,
+    });
+  }, 120_000);
+
+  it('refuses a bad name, a missing name or no fleet token: one line, exit code 2, no token printed', () => {
+    const empty = join(dir, 'data-empty');
+    const cases: Array<[string[], Record<string, string>, RegExp]> = [
+      [
+        ['a b'],
+        { FFLEET_AGENT_TOKEN: 'x' },
+        /^ffleet: invalid configuration: agent name "a b": use 1-100 letters/,
+      ],
+      [[], { FFLEET_AGENT_TOKEN: 'x' }, /^ffleet: missing required argument 'name'$/],
+      [
+        ['encode-01'],
+        { FFLEET_DATA_DIR: empty },
+        /^ffleet: invalid configuration: FFLEET_AGENT_TOKEN: not set, and .*data-empty\/agent-token: not found; run this where the control plane runs/,
+      ],
+    ];
+    for (const [args, env, line] of cases) {
+      const r = agentToken(args, env);
+      expect(r.code, args.join(' ')).toBe(2);
+      expect(r.stdout).toBe('');
+      expect(r.stderr.split('\n')).toHaveLength(1);
+      expect(r.stderr).toMatch(line);
+    }
+  }, 120_000);
+});
+
+describe('FFLEET_AGENT_AUTH=per-agent end to end', () => {
+  let env: Record<string, string>;
+  let api: ApiClient;
+  let mqttUrl: string;
+  let cp: ChildProcessHandle;
+
+  beforeAll(async () => {
+    const port = await findFreePort();
+    const mqttPort = await findFreePort();
+    mqttUrl = `mqtt://127.0.0.1:${mqttPort}`;
+    env = {
+      FFLEET_DATA_DIR: join(dir, 'data'),
+      PORT: String(port),
+      MQTT_PORT: String(mqttPort),
+      FFLEET_AGENT_AUTH: 'per-agent',
+      FFLEET_AGENT_NAME: 'local-box',
+      LOG_LEVEL: 'info',
+    };
+    api = new ApiClient(`http://127.0.0.1:${port}`);
+    cp = spawnFfleet('start', env, 'all-in-one');
+    procs.push(cp);
+    await cp.waitUntil(async () => (await api.health()) !== null, 90_000, '/health');
+  }, 120_000);
+
+  const agent = (name: string, token: string) => {
+    const p = spawnFfleet(
+      'agent',
+      {
+        FFLEET_DATA_DIR: join(dir, `box-${name}`),
+        FFLEET_AGENT_NAME: name,
+        FFLEET_AGENT_TOKEN: token,
+        MQTT_URL: mqttUrl,
+        LOG_LEVEL: 'info',
+      },
+      name,
+    );
+    procs.push(p);
+    return p;
+  };
+  const online = async (name: string) => (await api.getAgent(name))?.status === 'online';
+
+  it("lets in its local agent and a box holding its own token, which runs the work meant for it; refuses the fleet token and another agent's", async () => {
+    await waitFor(() => online('local-box'), 60_000, 'the local agent online');
+
+    const printed = agentToken(['encode-01'], { FFLEET_DATA_DIR: env.FFLEET_DATA_DIR! });
+    expect(printed.code).toBe(0);
+    const own = printed.stdout.trim();
+    const box = agent('encode-01', own);
+    await box.waitUntil(() => online('encode-01'), 60_000, 'encode-01 online');
+
+    const input = await makeTestVideo(join(dir, 'media'), 'in.mp4', 1);
+    const task = await api.createTask({
+      command: ENCODE,
+      inputFile: input,
+      outputFile: join(dir, 'out', 'in.mp4'),
+      requires: ['agent:encode-01'],
+    });
+    expect(await api.waitForTask(task.id, undefined, 60_000)).toMatchObject({
+      status: 'DONE_SUCCESSFUL',
+      agent: { name: 'encode-01' },
+    });
+
+    // encode-01's token under another name, and the fleet token itself: refused at the broker.
+    const fleetToken = readFileSync(join(env.FFLEET_DATA_DIR!, 'agent-token'), 'utf8').trim();
+    const impostor = agent('encode-02', own);
+    const withFleetToken = agent('encode-03', fleetToken);
+    for (const p of [impostor, withFleetToken])
+      await p.waitForOutput(/broker refused this agent: check the agent name and token/, 60_000);
+    await cp.waitForOutput(
+      /the fleet's agent token no longer logs agents in .*ffleet agent-token encode-03/,
+      10_000,
+    );
+    expect(await api.getAgent('encode-02')).toBeNull();
+    expect(await api.getAgent('encode-03')).toBeNull();
+    // The real encode-01 was not disturbed by the impostor presenting its token.
+    expect(await online('encode-01')).toBe(true);
+    // No token in any log.
+    for (const p of [cp, box, impostor, withFleetToken]) {
+      expect(p.output()).not.toContain(fleetToken);
+      expect(p.output()).not.toContain(own);
+    }
+  }, 240_000);
+});
