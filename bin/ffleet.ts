@@ -234,6 +234,8 @@ program
   .command('agent-token')
   .description("print an agent's own token (run where the control plane's agent token is)")
   .argument('<name>', "the agent's name (its FFLEET_AGENT_NAME)")
+  // A name may start with '-' (FFLEET_AGENT_NAME=-x is valid): taken as the name, not as an option.
+  .allowUnknownOption()
   .action((name: string) => printAgentToken(name));
 
 if (process.argv.length <= 2) {

@@ -54,6 +54,15 @@ const LATE_CANCEL_MS = 5_000;
  */
 const OWN_OUTPUT_AFTER_CANCEL_MS = 2_500;
 
+/**
+ * Refused by the broker (bad credentials: a rotated agent token, `FFLEET_AGENT_AUTH=per-agent` while
+ * this box still presents the fleet's token), an agent is cut off from a control plane that hears the
+ * rest of the fleet: its leases run out and its tasks go to other agents, which write the same output
+ * paths. Its runs are stopped this long before their leases can have run out (counted from the last
+ * heartbeat, which may be a heartbeat interval before the connection was lost).
+ */
+const REFUSED_STOP_MARGIN_MS = 1_000;
+
 /** A claim request unanswered this long is given up (the next poll asks again). */
 const CLAIM_TIMEOUT_MS = 5_000;
 /** Unanswered claim requests whose send time is kept (answers to older ones are taken as on time). */
@@ -138,6 +147,12 @@ export class FleetAgent {
   /** Spells out of touch with the control plane (frozen, disconnected): see #onInbox's task.cancel. */
   #contact: ContactWatch | null = null;
   #everConnected = false;
+  /** When the connection was lost (undefined while connected): a lease counts from about then. */
+  #disconnectedAt: number | undefined;
+  /** The broker's answer to the last login attempt when it refused it (4 or 5); undefined once let in. */
+  #refusedCode: number | undefined;
+  /** Stops the runs of an agent the broker keeps refusing (#brokerRefused). */
+  #refusedTimer: NodeJS.Timeout | undefined;
   #lastState = new Map<string, { at: number; error: string }>();
   /** Report writes not yet on disk: stop() waits for them, or a drain would exit before its result is sent. */
   readonly #puts = new Set<Promise<unknown>>();
@@ -219,8 +234,16 @@ export class FleetAgent {
           'this agent did not run for a while (stopped or starved)',
         ),
     });
+    session.on('refused', (code) => this.#brokerRefused(code));
     session.on('connection', (up) => {
-      if (!up) return;
+      if (!up) {
+        this.#disconnectedAt ??= performance.now();
+        return;
+      }
+      this.#disconnectedAt = undefined;
+      this.#refusedCode = undefined;
+      clearTimeout(this.#refusedTimer);
+      this.#refusedTimer = undefined;
       if (this.#everConnected) this.#contact?.reconnected();
       this.#everConnected = true;
       this.#claim();
@@ -262,6 +285,41 @@ export class FleetAgent {
     r.killNow.abort();
   }
 
+  /**
+   * The broker refused this agent's login (again). If it has runs, they are stopped (killed at once, their
+   * partial output kept) just before their leases can have run out: the control plane, which hears
+   * nothing from this box, then hands the tasks to other agents, which write the same paths.
+   */
+  #brokerRefused(code: number): void {
+    this.#refusedCode = code;
+    if (this.#refusedTimer || this.#runs.size === 0) return;
+    this.#disconnectedAt ??= performance.now();
+    const since = this.#disconnectedAt;
+    const leaseMs = Math.min(...[...this.#runs.values()].map((r) => r.claimed.leaseTtlMs));
+    const waitMs = Math.max(
+      0,
+      since + leaseMs - this.#cfg.heartbeatMs - REFUSED_STOP_MARGIN_MS - performance.now(),
+    );
+    this.#refusedTimer = setTimeout(() => {
+      this.#refusedTimer = undefined;
+      if (this.#session?.connected) return;
+      const runs = [...this.#runs.values()].filter((r) => r.keepsOutput === undefined);
+      if (runs.length === 0) return;
+      this.#log.error(
+        { code, tasks: runs.map((r) => r.claimed.task.id), leaseTtlMs: leaseMs },
+        'the broker keeps refusing this agent while it runs tasks: their leases run out and the control plane hands them to other agents; stopping them now (partial output kept)',
+      );
+      for (const r of runs) {
+        r.keepsOutput = 'the broker refused this agent for as long as its lease lasts';
+        clearTimeout(r.giveUpTimer);
+        // Killed at once, whether running or already stopping (an operator's cancel in its grace).
+        if (!r.abort.signal.aborted) r.abort.abort(FENCED_OUT);
+        r.killNow.abort();
+      }
+    }, waitMs);
+    this.#refusedTimer.unref();
+  }
+
   #handBackRun(r: Run): void {
     r.handingBack = true;
     r.abort.abort(HANDED_BACK);
@@ -301,6 +359,7 @@ export class FleetAgent {
    * once their lease expired). What is left stays on disk and is sent when this agent next starts.
    */
   async stop(opts: { flushMs?: number; evenDisconnected?: boolean } = {}): Promise<void> {
+    clearTimeout(this.#refusedTimer);
     await this.#quiesce();
     await this.handBack();
     await Promise.allSettled([...this.#puts]);
@@ -310,6 +369,14 @@ export class FleetAgent {
     while (this.#outbox.size() > 0 && Date.now() < deadline) {
       if (!this.#session?.connected) {
         if (!opts.evenDisconnected) break;
+        if (this.#refusedCode !== undefined) {
+          // Waiting cannot help: the broker does not let this agent in with its present token.
+          this.#log.warn(
+            { unsent: this.#outbox.size() },
+            'the broker refuses this agent, so the control plane cannot get the last reports: they stay on disk for the next start',
+          );
+          break;
+        }
         if (!told) {
           told = true;
           this.#log.warn(

@@ -2,7 +2,13 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync }
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { AGENT_TOKEN_PREFIX, agentTokenFor, agentTokenPath, loadAgentToken } from './agent-token.ts';
+import {
+  AGENT_TOKEN_PREFIX,
+  agentTokenFor,
+  agentTokenPath,
+  keptTokenDiffers,
+  loadAgentToken,
+} from './agent-token.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'ffleet-agent-token-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -63,5 +69,19 @@ describe('agentTokenFor', () => {
     for (const name of ['', 'a b', 'x/y', 'a'.repeat(101), 'encode-01\n']) {
       expect(() => agentTokenFor('fleet-secret', name), JSON.stringify(name)).toThrow(/invalid agent name/);
     }
+  });
+});
+
+describe('keptTokenDiffers', () => {
+  it('is true only when FFLEET_AGENT_TOKEN is set and the data dir keeps another token', () => {
+    const dir = dataDir();
+    mkdirSync(dir);
+    expect(keptTokenDiffers(dir, 'set')).toBe(false); // no file
+    writeFileSync(agentTokenPath(dir), 'kept\n');
+    expect(keptTokenDiffers(dir, undefined)).toBe(false);
+    expect(keptTokenDiffers(dir, 'kept')).toBe(false);
+    expect(keptTokenDiffers(dir, 'set')).toBe(true);
+    writeFileSync(agentTokenPath(dir), '\n');
+    expect(keptTokenDiffers(dir, 'set')).toBe(false);
   });
 });

@@ -31,6 +31,21 @@ export async function loadAgentToken(
   return { token, generated: true };
 }
 
+/**
+ * True when FFLEET_AGENT_TOKEN is set and the data dir keeps a different token (an earlier generated
+ * one): agents on this host and `ffleet agent-token` read that file when they have no FFLEET_AGENT_TOKEN
+ * themselves, and would present a token this control plane refuses.
+ */
+export function keptTokenDiffers(dataDir: string, configured: string | undefined): boolean {
+  if (!configured) return false;
+  try {
+    const kept = readFileSync(agentTokenPath(dataDir), 'utf8').trim();
+    return kept !== '' && kept !== configured;
+  } catch {
+    return false;
+  }
+}
+
 /** Marks a per-agent token (and its derivation's version): `fa1_` + 43 base64url characters. */
 export const AGENT_TOKEN_PREFIX = 'fa1_';
 

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { makeDirectory, SHORT_TOKEN_WARNING, takeLockFile } from '@ffleet/shared';
 import type { ServerType } from '@hono/node-server';
 import type { Logger } from 'pino';
-import { agentTokenPath, loadAgentToken } from './agent-token.ts';
+import { agentTokenPath, keptTokenDiffers, loadAgentToken } from './agent-token.ts';
 import { createApp } from './api/app.ts';
 import { createApiServer } from './api/client-errors.ts';
 import { healthFacts } from './api/health-facts.ts';
@@ -127,6 +127,11 @@ export async function startControlPlane(
 
     const { token: agentToken, generated } = await loadAgentToken(config.dataDir, config.agentToken);
     if (generated) logger.info({ file: agentTokenPath(config.dataDir) }, 'generated an agent token');
+    if (keptTokenDiffers(config.dataDir, config.agentToken))
+      logger.warn(
+        { file: agentTokenPath(config.dataDir) },
+        'FFLEET_AGENT_TOKEN differs from the agent token kept in the data dir: an agent or `ffleet agent-token` reading that file gets a token this control plane refuses (update the file or remove it)',
+      );
 
     let mqttUrl = config.mqttUrl;
     let cpUser = INTERNAL_MQTT_USER;

@@ -61,6 +61,7 @@ const result = await writeMosquittoConfig({
   port: Number(values.port),
   host: values.host,
   agents: names.map((username) => ({ username, password: password(username) })),
+  ownTokens,
   internal: { username: values['internal-user'], password: internalToken },
   persistenceDir: values.persistence,
   runAsUser: values['run-as'],

@@ -4,17 +4,18 @@
  * own token (its local agent too) and nobody presenting the fleet token or another agent's.
  */
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { agentTokenFor } from '../../control-plane/src/agent-token.ts';
 import { ApiClient } from '../fleet/support/api-client.ts';
-import { ENCODE } from '../fleet/support/fixtures.ts';
+import { ENCODE, isEncoding, REALTIME } from '../fleet/support/fixtures.ts';
 import {
   type ChildProcessHandle,
   findFreePort,
   OWN_VARS,
+  processesMatching,
   REPO_ROOT,
   spawnFfleet,
 } from '../fleet/support/processes.ts';
@@ -51,6 +52,11 @@ describe('ffleet agent-token', () => {
     expect(
       agentToken(['encode-01'], { FFLEET_DATA_DIR: data, FFLEET_AGENT_TOKEN: 'set-fleet-token' }),
     ).toMatchObject({ code: 0, stdout: `${agentTokenFor('set-fleet-token', 'encode-01')}\n` });
+    // A valid name may start with '-': it is the name, not an option.
+    expect(agentToken(['-odd.name_'], { FFLEET_AGENT_TOKEN: 'set-fleet-token' })).toMatchObject({
+      code: 0,
+      stdout: `${agentTokenFor('set-fleet-token', '-odd.name_')}\n`,
+    });
     // As the README runs it: `npm run -s agent-token -- <name>` prints the token alone.
     const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !OWN_VARS.test(k)));
     const npm = spawnSync('npm', ['run', '-s', 'agent-token', '--', 'encode-02'], {
@@ -171,5 +177,68 @@ describe('FFLEET_AGENT_AUTH=per-agent end to end', () => {
       expect(p.output()).not.toContain(fleetToken);
       expect(p.output()).not.toContain(own);
     }
+  }, 240_000);
+});
+
+describe('an agent the broker stops letting in while it runs a task', () => {
+  it('stops the task before its lease can run out, so it never writes beside the attempt that replaces it', async () => {
+    const data = join(dir, 'data-switch');
+    const port = await findFreePort();
+    const mqttPort = await findFreePort();
+    const cpEnv = {
+      FFLEET_DATA_DIR: data,
+      PORT: String(port),
+      MQTT_PORT: String(mqttPort),
+      FFLEET_LEASE_TTL_MS: '8000',
+      LOG_LEVEL: 'info',
+    };
+    const api = new ApiClient(`http://127.0.0.1:${port}`);
+    const startCp = async (extra: Record<string, string>) => {
+      const p = spawnFfleet('control-plane', { ...cpEnv, ...extra }, 'control plane');
+      procs.push(p);
+      await p.waitUntil(async () => (await api.health()) !== null, 90_000, '/health');
+      return p;
+    };
+    // The control plane in shared mode, and a box still on the fleet's token.
+    let cp = await startCp({});
+    const fleetToken = readFileSync(join(data, 'agent-token'), 'utf8').trim();
+    const box = spawnFfleet(
+      'agent',
+      {
+        FFLEET_DATA_DIR: join(dir, 'box-old'),
+        FFLEET_AGENT_NAME: 'enc-old',
+        FFLEET_AGENT_TOKEN: fleetToken,
+        FFLEET_HEARTBEAT_MS: '2000',
+        MQTT_URL: `mqtt://127.0.0.1:${mqttPort}`,
+        LOG_LEVEL: 'info',
+      },
+      'enc-old',
+    );
+    procs.push(box);
+    await box.waitUntil(async () => (await api.getAgent('enc-old'))?.status === 'online', 60_000, 'online');
+    const input = await makeTestVideo(join(dir, 'media'), 'long.mp4', 30);
+    const output = join(dir, 'out', 'switch.mp4');
+    const task = await api.createTask({
+      command: REALTIME,
+      inputFile: input,
+      outputFile: output,
+      requires: ['agent:enc-old'],
+    });
+    await api.waitForTask(task.id, isEncoding, 60_000);
+    expect(processesMatching(output)).toHaveLength(1);
+
+    // The operator switches to per-agent before giving this box its own token.
+    await cp.terminate();
+    cp = await startCp({ FFLEET_AGENT_AUTH: 'per-agent' });
+    await box.waitForOutput(/the broker keeps refusing this agent while it runs tasks/, 30_000);
+    await waitFor(() => processesMatching(output).length === 0, 5_000, 'the transcoder gone');
+    // The control plane has not handed the task on yet: the lease had not run out when the box stopped.
+    const meanwhile = await api.getTask(task.id);
+    expect(meanwhile).toMatchObject({ status: 'RUNNING', attempt: 1 });
+    expect(existsSync(output)).toBe(true); // partial output kept: the path is the next attempt's
+    // Once it runs out, the task is queued again for an agent that is let in.
+    await api.waitForTask(task.id, (t) => t.status === 'QUEUED', 60_000);
+    expect(box.running).toBe(true); // it keeps retrying with backoff
+    expect(box.output()).not.toContain(fleetToken);
   }, 240_000);
 });

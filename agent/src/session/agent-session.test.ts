@@ -423,20 +423,27 @@ describe.each(TEST_BROKER_KINDS)('AgentSession on $kind', ({ start }) => {
 
   it('logs a refused login once per streak and keeps retrying with backoff', async () => {
     const { logger, records } = captureLogger();
+    const name = nextName();
     const session = await startSession(
-      nextName(),
+      name,
       { token: 'wrong', logger, backoff: { minMs: 10, maxMs: 30 } },
       false,
     );
+    const refusals: number[] = [];
+    session.on('refused', (code) => refusals.push(code));
     await waitFor(
       () => records.filter((r) => r.msg === 'broker connection failed again').length >= 4,
       'retries',
     );
     const loud = records.filter((r) => r.level >= 40);
     expect(loud.map((r) => r.msg)).toEqual([
-      'broker refused this agent: check the agent name and token; retrying with backoff',
+      `broker refused this agent: check the agent name and token (a control plane with FFLEET_AGENT_AUTH=per-agent takes only the agent's own token: run \`ffleet agent-token ${name}\` where it runs); retrying with backoff`,
     ]);
     expect(session.connected).toBe(false);
+    // Every refusal is told (the fleet agent stops its runs once their leases must have run out).
+    expect(refusals.length).toBeGreaterThanOrEqual(3);
+    expect(new Set(refusals).size).toBe(1);
+    expect([4, 5]).toContain(refusals[0]);
   });
 
   it('gets its Last Will published quickly after being SIGKILLed, and it stays retained', async () => {

@@ -49,6 +49,8 @@ export type SessionEvents = {
   inbox: [message: InboxMessage];
   work: [];
   connection: [connected: boolean];
+  /** The broker answered a connect with "bad user name or password" / "not authorized" (each time). */
+  refused: [code: number];
 };
 
 export type SendResult = { ok: true } | { ok: false; error: string };
@@ -288,6 +290,7 @@ export class AgentSession extends EventEmitter<SessionEvents> {
     }
     const code = (err as ErrorWithReasonCode).code;
     const kind = code === 4 || code === 5 ? 'auth' : 'network';
+    if (kind === 'auth') this.emitSafely('refused', code as number);
     if (this.failureLogged === kind) {
       this.logger.debug({ err: err.message }, 'broker connection failed again');
       return;
@@ -296,7 +299,7 @@ export class AgentSession extends EventEmitter<SessionEvents> {
     if (kind === 'auth') {
       this.logger.error(
         { url: this.shownUrl, code, err: err.message },
-        'broker refused this agent: check the agent name and token; retrying with backoff',
+        `broker refused this agent: check the agent name and token (a control plane with FFLEET_AGENT_AUTH=per-agent takes only the agent's own token: run \`ffleet agent-token ${this.opts.name}\` where it runs); retrying with backoff`,
       );
     } else {
       this.logger.warn({ url: this.shownUrl, err: err.message }, 'broker unreachable; retrying with backoff');

@@ -48,23 +48,32 @@ describe('agent tokens on the embedded broker', () => {
     expect(await logsIn(url, 'encode-02', agentTokenFor(FLEET_TOKEN, 'encode-02'))).toBe(true);
     expect(await logsIn(url, 'encode-03', FLEET_TOKEN)).toBe(false);
     // Another fleet's token for the right name.
-    expect(await logsIn(url, 'encode-03', agentTokenFor('another-fleet', 'encode-03'))).toBe(false);
-    // The internal user never logs in with an agent's token.
+    expect(await logsIn(url, 'encode-04', agentTokenFor('another-fleet', 'encode-04'))).toBe(false);
+    // The internal user never logs in with an agent's token, nor with the fleet token.
     expect(
       await logsIn(url, 'ffleet-control-plane', agentTokenFor(FLEET_TOKEN, 'ffleet-control-plane')),
     ).toBe(false);
+    expect(await logsIn(url, 'ffleet-control-plane', FLEET_TOKEN)).toBe(false);
+    // A box retrying with backoff is logged once a minute, not at every attempt.
+    for (let i = 0; i < 3; i++) expect(await logsIn(url, 'encode-03', FLEET_TOKEN)).toBe(false);
 
     const refusals = records.filter((r) => String(r.msg).startsWith('connection refused'));
-    expect(refusals.map((r) => r.username)).toEqual([
-      'encode-02',
-      'encode-03',
-      'encode-03',
-      'ffleet-control-plane',
+    expect(refusals.map((r) => [r.username, r.msg])).toEqual([
+      [
+        'encode-02',
+        "connection refused: bad credentials: an agent's own token, but not encode-02's under this control plane's agent token (print it with ffleet agent-token encode-02 where the control plane runs, with its FFLEET_AGENT_TOKEN or data dir)",
+      ],
+      [
+        'encode-03',
+        "connection refused: the fleet's agent token no longer logs agents in (FFLEET_AGENT_AUTH=per-agent); give this box its own token: ffleet agent-token encode-03",
+      ],
+      [
+        'encode-04',
+        "connection refused: bad credentials: an agent's own token, but not encode-04's under this control plane's agent token (print it with ffleet agent-token encode-04 where the control plane runs, with its FFLEET_AGENT_TOKEN or data dir)",
+      ],
+      // No hint naming the control plane's own user as an agent to make a token for.
+      ['ffleet-control-plane', 'connection refused: bad credentials'],
     ]);
-    // The fleet token presented by an agent: the log says what to do instead.
-    expect(refusals[1]!.msg).toContain('FFLEET_AGENT_AUTH=per-agent');
-    expect(refusals[1]!.msg).toContain('ffleet agent-token encode-03');
-    expect(refusals[0]!.msg).toBe('connection refused: bad credentials');
     // No token ever reaches the log.
     const logged = JSON.stringify(records);
     expect(logged).not.toContain(FLEET_TOKEN);
@@ -77,5 +86,23 @@ describe('agent tokens on the embedded broker', () => {
     expect(await logsIn(url, 'encode-02', agentTokenFor(FLEET_TOKEN, 'encode-02'))).toBe(true);
     expect(await logsIn(url, 'encode-03', agentTokenFor(FLEET_TOKEN, 'encode-02'))).toBe(false);
     expect(await logsIn(url, 'encode-04', 'wrong')).toBe(false);
+  });
+
+  it('logs at start which logins it takes', async () => {
+    const { logger, records } = captureLogger('info');
+    const broker = new EmbeddedBroker({
+      port: 0,
+      host: '127.0.0.1',
+      agentToken: FLEET_TOKEN,
+      agentAuth: 'per-agent',
+      internalUser: 'ffleet-control-plane',
+      internalToken: 'internal-token-for-the-tests',
+      logger,
+    });
+    brokers.push(broker);
+    await broker.start();
+    expect(records.find((r) => r.msg === 'embedded MQTT broker listening')).toMatchObject({
+      agentAuth: 'per-agent',
+    });
   });
 });

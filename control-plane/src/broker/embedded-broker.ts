@@ -2,7 +2,8 @@ import { createServer, type Server, type Socket } from 'node:net';
 import { AGENT_ID_RE, MQTT_MAX_PAYLOAD_BYTES } from '@ffleet/shared';
 import { Aedes, type AedesPublishPacket, type AuthenticateError, type Client } from 'aedes';
 import type { Logger } from 'pino';
-import { agentTokenFor } from '../agent-token.ts';
+import { AGENT_TOKEN_PREFIX, agentTokenFor } from '../agent-token.ts';
+import { OncePer } from '../scheduler/once-per.ts';
 import { checkAgentPublish, equalSecrets, mayAgentSubscribe, type PublishRefusal } from './broker-acl.ts';
 import { capPacketSize, MQTT_MAX_PACKET_BYTES } from './packet-size-cap.ts';
 
@@ -61,6 +62,8 @@ export class EmbeddedBroker {
   private aedes: Aedes | null = null;
   private server: Server | null = null;
   private readonly sockets = new Set<Socket>();
+  /** Refused logins are logged once a minute per user name and client id (agents retry with backoff). */
+  private readonly refusalsLogged = new OncePer(60_000);
   /** Clients that authenticated as the internal user (by object, since their client id is free). */
   private internalClients = new WeakSet<Client>();
   /** The packet size cap could not be installed, and that was logged (see capPacketSize). */
@@ -129,7 +132,10 @@ export class EmbeddedBroker {
     this.server = server;
     const address = server.address();
     const bound = typeof address === 'object' && address ? address.port : port;
-    this.logger.info({ port: bound, host: host ?? '0.0.0.0' }, 'embedded MQTT broker listening');
+    this.logger.info(
+      { port: bound, host: host ?? '0.0.0.0', agentAuth: this.opts.agentAuth ?? 'shared' },
+      'embedded MQTT broker listening',
+    );
     return { port: bound };
   }
 
@@ -241,16 +247,28 @@ export class EmbeddedBroker {
       done(null, true);
       return;
     }
-    // Never log the password; the names are what an operator needs to find the misconfigured host.
-    if (this.opts.agentAuth === 'per-agent' && equalSecrets(password, this.opts.agentToken)) {
+    // Never log the password; the names are what an operator needs to find the misconfigured host. A box
+    // retrying with backoff is told about once a minute, not at every attempt.
+    if (this.refusalsLogged.due(`${username}\u0000${client.id}`))
       this.logger.warn(
         { client: client.id, username },
-        `connection refused: the fleet's agent token no longer logs agents in (FFLEET_AGENT_AUTH=per-agent); give this box its own token: ffleet agent-token ${username ?? '<name>'}`,
+        `connection refused: ${this.refusalReason(username, password)}`,
       );
-    } else this.logger.warn({ client: client.id, username }, 'connection refused: bad credentials');
     const err = new Error('bad username or password') as AuthenticateError;
     err.returnCode = BAD_CREDENTIALS as AuthenticateError['returnCode'];
     done(err, null);
+  }
+
+  /** What an operator should know about a refused login (never the password itself). */
+  private refusalReason(username: string | undefined, password: Buffer | undefined): string {
+    const agentName =
+      username !== undefined && username !== this.opts.internalUser && AGENT_ID_RE.test(username);
+    if (!agentName) return 'bad credentials';
+    if (this.opts.agentAuth === 'per-agent' && equalSecrets(password, this.opts.agentToken))
+      return `the fleet's agent token no longer logs agents in (FFLEET_AGENT_AUTH=per-agent); give this box its own token: ffleet agent-token ${username}`;
+    if (password?.subarray(0, AGENT_TOKEN_PREFIX.length).toString() === AGENT_TOKEN_PREFIX)
+      return `bad credentials: an agent's own token, but not ${username}'s under this control plane's agent token (print it with ffleet agent-token ${username} where the control plane runs, with its FFLEET_AGENT_TOKEN or data dir)`;
+    return 'bad credentials';
   }
 
   private isAccepted(client: Client, username: string | undefined, password: Buffer | undefined): boolean {

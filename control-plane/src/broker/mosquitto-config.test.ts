@@ -111,6 +111,35 @@ describe.skipIf(!isMosquittoAvailable())('writeMosquittoConfig', () => {
     expect(await readFile(r.confPath, 'utf8')).toContain(`acl_file ${r.aclFile}`);
   });
 
+  it('refuses an agent listed twice (Mosquitto would keep the last password line)', async () => {
+    const r = await writeMosquittoConfig({
+      dir,
+      port: 1,
+      agents: [
+        { username: 'enc-1', password: 'x' },
+        { username: 'enc-1', password: 'y' },
+      ],
+      internal: { username: 'ffleet-cp', password: 'z' },
+    });
+    expect(r).toEqual({ ok: false, error: 'agent name enc-1 is listed twice' });
+  });
+
+  it("says in the config's comment whether agents share the token, also for a fleet of one", async () => {
+    for (const ownTokens of [true, false]) {
+      const r = await writeMosquittoConfig({
+        dir,
+        port: 18883,
+        agents: [{ username: 'agent-1', password: 'agent-token-xyz' }],
+        internal: { username: 'ffleet-cp', password: 'internal-token-xyz' },
+        ownTokens,
+      });
+      if (!r.ok) throw new Error(r.error);
+      const conf = await readFile(r.confPath, 'utf8');
+      expect(conf.includes('Each agent has a token of its own'), String(ownTokens)).toBe(ownTokens);
+      expect(conf.includes('every agent presents the same token'), String(ownTokens)).toBe(!ownTokens);
+    }
+  });
+
   it('refuses an agent named like the control plane user', async () => {
     const r = await writeMosquittoConfig({
       dir,

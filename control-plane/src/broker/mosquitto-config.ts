@@ -34,6 +34,8 @@ export interface MosquittoConfigOptions {
    * writer's, as Mosquitto started by that user runs as it.
    */
   runAsUser?: string;
+  /** The agents' passwords are their own tokens (agentTokenFor), not the fleet's: the comment says so. */
+  ownTokens?: boolean;
   /** Path of the mosquitto_passwd binary. */
   mosquittoPasswd?: string;
 }
@@ -162,8 +164,7 @@ export async function writeMosquittoConfig(opts: MosquittoConfigOptions): Promis
     maxQueuedMessages: opts.maxQueuedMessages ?? DEFAULT_MAX_QUEUED,
     persistenceDir: opts.persistenceDir && resolve(opts.persistenceDir),
     runAsUser,
-    ownTokens:
-      opts.agents.length > 1 && new Set(opts.agents.map((a) => a.password)).size === opts.agents.length,
+    ownTokens: opts.ownTokens ?? false,
   });
   await writeFile(confPath, conf, { mode: 0o644 });
   return { ok: true, confPath, passwordFile, aclFile };
@@ -176,6 +177,12 @@ function checkUsers(internal: MosquittoUser, agents: MosquittoUser[]): string | 
   }
   if (agents.some((a) => a.username === internal.username)) {
     return `agent name ${internal.username} is reserved for the control plane`;
+  }
+  const seen = new Set<string>();
+  for (const a of agents) {
+    // Mosquitto would take the last of two password lines for one name.
+    if (seen.has(a.username)) return `agent name ${a.username} is listed twice`;
+    seen.add(a.username);
   }
   return null;
 }
