@@ -239,6 +239,14 @@ describe('an agent the broker stops letting in while it runs a task', () => {
     // Once it runs out, the task is queued again for an agent that is let in.
     await api.waitForTask(task.id, (t) => t.status === 'QUEUED', 60_000);
     expect(box.running).toBe(true); // it keeps retrying with backoff
+    // Stopped, it does not wait for a control plane that cannot hear it (30 s for an unreachable one).
+    const t0 = Date.now();
+    box.signal('SIGTERM');
+    expect(await box.exited).toEqual({ code: 0, signal: null });
+    expect(Date.now() - t0).toBeLessThan(10_000);
+    expect(box.output()).toMatch(
+      /the broker refuses this agent, so the control plane cannot get the last reports/,
+    );
     expect(box.output()).not.toContain(fleetToken);
   }, 240_000);
 });
