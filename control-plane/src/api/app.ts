@@ -8,6 +8,7 @@ import type { EventBus } from '../events/event-bus.ts';
 import { EventHistory } from '../events/event-history.ts';
 import type { ServiceContext } from '../services/context.ts';
 import { apiReference } from '../ui/api-reference.ts';
+import { dashboard } from '../ui/dashboard.ts';
 import { agentsApi } from './agents.ts';
 import type { ApiEnv } from './app-env.ts';
 import { batchesApi } from './batches.ts';
@@ -78,17 +79,20 @@ function problem(c: Context, err: HttpError, headers: Record<string, string> = {
 
 /** Build the HTTP app. Never binds a port. */
 /**
- * Served without a token: the health check, and the API reference (its page, its locally served
- * assets, the OpenAPI document), which hold no data and no secret. A browser cannot attach a bearer
- * token when it opens a page, so with API tokens set the reference was unreachable for the people it
- * is for; its "try it" requests still need one.
+ * Served without a token: the health check, the API reference (its page, its locally served assets,
+ * the OpenAPI document) and the dashboard's page and files (/ui), which hold no data and no secret. A
+ * browser cannot attach a bearer token when it opens a page, so with API tokens set these were
+ * unreachable for the people they are for; the API requests they make (the reference's "try it", all
+ * of the dashboard's) still need one.
  */
 export const isPublicPath = (path: string): boolean =>
   path === '/health' ||
   path === '/' ||
   path === '/api/v1/openapi.json' ||
   path === '/api/v1/docs' ||
-  path.startsWith('/api/v1/docs/');
+  path.startsWith('/api/v1/docs/') ||
+  path === '/ui' ||
+  path.startsWith('/ui/');
 
 /** Seconds a client is asked to wait before retrying a request the database could not serve. */
 const DATABASE_RETRY_AFTER_S = 5;
@@ -107,6 +111,8 @@ export function createApp(deps: AppDeps) {
     c.set('ctx', deps.ctx);
     c.header('X-Request-Id', requestId);
     c.header('X-Server', `ffleet/${deps.version}`);
+    // No response is to be read as another type than it says (task logs are text/plain of any content).
+    c.header('X-Content-Type-Options', 'nosniff');
     const start = performance.now();
     await next();
     // The label is the template of the handler that serves the path (e.g. /api/v1/tasks/:id), also
@@ -187,7 +193,9 @@ export function createApp(deps: AppDeps) {
   app.route('/api/v1/watchfolders', watchfoldersApi);
   app.route('/api/v1/webhooks', webhooksApi(deps.redeliver));
   app.route('/api/v1/agents', agentsApi);
-  app.get('/', (c) => c.redirect('/api/v1/docs', 302));
+  app.route('/ui', dashboard);
+  app.get('/ui/', (c) => c.redirect('/ui', 302));
+  app.get('/', (c) => c.redirect('/ui', 302)); // as FFmate, whose web UI is at /ui too
 
   app.notFound((c) =>
     problem(c, new HttpError(404, 'ROUTE_NOT_FOUND', 'Not Found', `no route ${c.req.method} ${c.req.path}`)),

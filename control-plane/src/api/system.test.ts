@@ -19,10 +19,17 @@ describe('operational routes', () => {
     expect(await json(await t.call('GET', '/api/v1/version'))).toEqual({ version: VERSION });
   });
 
-  it('GET / redirects to the API reference', async () => {
+  it('tells browsers never to read a response as another type than it says (task logs are any text)', async () => {
+    for (const path of ['/api/v1/version', '/api/v1/openapi.json', '/api/v1/no-such-route']) {
+      const res = await t.call('GET', path);
+      expect(res.headers.get('x-content-type-options'), path).toBe('nosniff');
+    }
+  });
+
+  it('GET / redirects to the dashboard (/ui), as FFmate does', async () => {
     const res = await t.call('GET', '/');
     expect(res.status).toBe(302);
-    expect(res.headers.get('location')).toBe('/api/v1/docs');
+    expect(res.headers.get('location')).toBe('/ui');
   });
 
   it('GET /metrics has HTTP latency by route template (never raw ids) and tasks by status', async () => {
@@ -67,13 +74,15 @@ describe('operational routes', () => {
         expect(Object.keys(op.responses).length, `${method} ${path}`).toBeGreaterThan(0);
       }
     }
-    // Every route the app serves (but the reference UI itself) is documented.
+    // Every route the app serves (but the reference UI itself and the dashboard) is documented.
     const served = new Set(
       t.app.routes
         .filter(
           (r) =>
             r.method !== 'ALL' &&
             !r.path.startsWith('/api/v1/docs') &&
+            r.path !== '/ui' &&
+            !r.path.startsWith('/ui/') &&
             r.path !== '/' &&
             r.path !== '/api/v1/openapi.json',
         )

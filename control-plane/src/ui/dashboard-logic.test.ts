@@ -1,0 +1,405 @@
+import { TaskStatus } from '@ffleet/shared';
+import { describe, expect, it } from 'vitest';
+// @ts-expect-error plain-JS browser module (JSDoc-typed; dashboard.test.ts type-checks it), no declarations
+import * as logic from './dashboard/logic.js';
+
+const {
+  agentState,
+  formatAgo,
+  formatDuration,
+  formatTime,
+  isDoneStatus,
+  isOpenStatus,
+  mergeTaskEvent,
+  newestFirst,
+  pageLabel,
+  parseTaskEvent,
+  percent,
+  problemMessage,
+  reconnectDelay,
+  SseParser,
+  statusClass,
+  statusLabel,
+  TASK_STATUSES,
+  taskListQuery,
+} = logic;
+
+type Msg = { event: string; data: string; id: string };
+type Task = {
+  id: string;
+  name: string;
+  status: string;
+  progress: number;
+  remaining: number;
+  error: string;
+  attempt: number;
+  agent: { id: string; name: string } | null;
+  createdAt: number;
+  startedAt: number;
+  finishedAt: number;
+  updatedAt: number;
+};
+type View = { tasks: Task[]; total: number; statuses: string[]; page: number; perPage: number };
+type Merge = { view: View; resync: boolean };
+const merge = (view: View, event: string, task: Task): Merge => mergeTaskEvent(view, event, task);
+
+/** Feed `chunks` to one parser; every message dispatched, in order. */
+function parse(chunks: (string | Uint8Array)[], parser = new SseParser()): Msg[] {
+  return chunks.flatMap((c) => parser.push(c) as Msg[]);
+}
+
+/** `text` cut into pieces at every given offset. */
+function cut(text: string, at: number[]): string[] {
+  const out: string[] = [];
+  let from = 0;
+  for (const i of at) {
+    out.push(text.slice(from, i));
+    from = i;
+  }
+  out.push(text.slice(from));
+  return out;
+}
+
+describe('SseParser', () => {
+  // What events-stream.ts writes (hono's writeSSE: event, data lines, id; keep-alive comments).
+  const STREAM =
+    'event: ready\ndata: {}\n\n' +
+    ': keepalive\n\n' +
+    'event: task.updated\ndata: {"id":"e1","n":1}\nid: e1\n\n' +
+    'event: task.deleted\ndata: {"id":"e2"}\nid: e2\n\n';
+  const EXPECTED: Msg[] = [
+    { event: 'ready', data: '{}', id: '' },
+    { event: 'task.updated', data: '{"id":"e1","n":1}', id: 'e1' },
+    { event: 'task.deleted', data: '{"id":"e2"}', id: 'e2' },
+  ];
+
+  it('parses the server stream whole and split at every single offset', () => {
+    expect(parse([STREAM])).toEqual(EXPECTED);
+    for (let i = 0; i <= STREAM.length; i++) expect(parse(cut(STREAM, [i])), `cut at ${i}`).toEqual(EXPECTED);
+    expect(parse([...STREAM])).toEqual(EXPECTED); // one character at a time
+  });
+
+  it('accepts CRLF and CR line ends, also with a CRLF split between two chunks', () => {
+    for (const eol of ['\r\n', '\r']) {
+      const text = STREAM.replaceAll('\n', eol);
+      expect(parse([text]), JSON.stringify(eol)).toEqual(EXPECTED);
+      for (let i = 0; i <= text.length; i++) expect(parse(cut(text, [i])), `cut at ${i}`).toEqual(EXPECTED);
+      for (let i = 0; i + 7 <= text.length; i += 3) expect(parse(cut(text, [i, i + 7]))).toEqual(EXPECTED);
+    }
+    // A CR at the end of a chunk ends the line at once: the message is not held for the next chunk.
+    const p = new SseParser();
+    expect(p.push('data: now\r\r')).toEqual([{ event: 'message', data: 'now', id: '' }]);
+    expect(p.push('\ndata: next\r\n\r\n')).toEqual([{ event: 'message', data: 'next', id: '' }]);
+  });
+
+  it('joins multi-line data with \\n and keeps empty data lines', () => {
+    expect(parse(['data: one\ndata:two\ndata\ndata:  four\n\n'])).toEqual([
+      { event: 'message', data: 'one\ntwo\n\n four', id: '' },
+    ]);
+    expect(parse(['data\n\n'])).toEqual([{ event: 'message', data: '', id: '' }]);
+  });
+
+  it('skips comments and messages without data; a field without a colon has an empty value', () => {
+    expect(parse([':hi\n\n: keepalive\n\nevent: x\n\nid: 7\n\nretry: 10\n\nfoo: bar\n\n'])).toEqual([]);
+    // the `event: x` above did not leak into the next message
+    expect(parse(['event: x\n\ndata: y\n\n'])).toEqual([{ event: 'message', data: 'y', id: '' }]);
+    expect(parse(['event\ndata: y\n\n'])).toEqual([{ event: 'message', data: 'y', id: '' }]);
+  });
+
+  it('keeps the last event id across messages and a reset; ignores an id with NUL', () => {
+    const p = new SseParser();
+    expect(parse(['id: a\ndata: 1\n\n', 'data: 2\n\n', 'id: b\u0000\ndata: 3\n\n'], p)).toEqual([
+      { event: 'message', data: '1', id: 'a' },
+      { event: 'message', data: '2', id: 'a' },
+      { event: 'message', data: '3', id: 'a' },
+    ]);
+    expect(p.lastEventId).toBe('a');
+    p.push('id: c\n\n'); // an id alone dispatches nothing but is kept
+    expect(p.lastEventId).toBe('c');
+    p.reset();
+    expect(p.lastEventId).toBe('c');
+    p.push('id\n\n'); // an empty id clears it, as EventSource does
+    expect(p.lastEventId).toBe('');
+  });
+
+  it('takes retry only when it is all digits', () => {
+    const p = new SseParser();
+    p.push('retry: 2500\n\n');
+    expect(p.retry).toBe(2500);
+    p.push('retry: 1e3\n\nretry: -5\n\nretry:\n\nretry: 12 s\n\n');
+    expect(p.retry).toBe(2500);
+    p.push('retry:700\n');
+    expect(p.retry).toBe(700);
+  });
+
+  it('drops a message cut off by the end of the connection (reset), and strips one leading BOM', () => {
+    const p = new SseParser();
+    expect(p.push('\uFEFFdata: a\n\ndata: half')).toEqual([{ event: 'message', data: 'a', id: '' }]);
+    p.reset();
+    expect(p.push('\uFEFFdata: b\n\n')).toEqual([{ event: 'message', data: 'b', id: '' }]);
+    expect(p.push('\uFEFFdata: c\n\n')).toEqual([]); // a BOM later on is part of a field name
+  });
+
+  it('decodes UTF-8 bytes split inside a character', () => {
+    const bytes = new TextEncoder().encode('data: {"name":"Ünïcødé 🎬"}\n\n');
+    const emoji = bytes.indexOf(0xf0);
+    for (const at of [9, 10, emoji + 1, emoji + 2, emoji + 3]) {
+      expect(parse([bytes.subarray(0, at), bytes.subarray(at)]), `cut at ${at}`).toEqual([
+        { event: 'message', data: '{"name":"Ünïcødé 🎬"}', id: '' },
+      ]);
+    }
+  });
+});
+
+describe('parseTaskEvent', () => {
+  const task = { id: 't1', status: 'QUEUED' };
+  it('takes the task snapshot of a task event', () => {
+    const data = JSON.stringify({ id: 'e', event: 'task.created', data: { taskId: 't1', task } });
+    expect(parseTaskEvent({ event: 'task.created', data, id: 'e' })).toEqual({ event: 'task.created', task });
+  });
+  it('ignores other events and malformed data', () => {
+    const data = JSON.stringify({ data: { task } });
+    expect(parseTaskEvent({ event: 'ready', data: '{}', id: '' })).toBeNull();
+    expect(parseTaskEvent({ event: 'batch.created', data, id: '' })).toBeNull();
+    expect(parseTaskEvent({ event: 'task.updated', data: '{not json', id: '' })).toBeNull();
+    expect(parseTaskEvent({ event: 'task.updated', data: '{"data":{}}', id: '' })).toBeNull();
+    expect(parseTaskEvent({ event: 'task.updated', data: 'null', id: '' })).toBeNull();
+    expect(parseTaskEvent({ event: 'task.updated', data: '{"data":{"task":{"id":5}}}', id: '' })).toBeNull();
+  });
+});
+
+describe('mergeTaskEvent', () => {
+  let seq = 0;
+  const task = (over: Partial<Task> = {}): Task => ({
+    id: `00000000-0000-4000-8000-${String(++seq).padStart(12, '0')}`,
+    name: `task ${seq}`,
+    status: 'QUEUED',
+    progress: 0,
+    remaining: -1,
+    error: '',
+    attempt: 1,
+    agent: null,
+    createdAt: 1_000 + seq,
+    startedAt: 0,
+    finishedAt: 0,
+    updatedAt: 1_000 + seq,
+    ...over,
+  });
+  /** A page of `tasks` (sorted here), `total` matching tasks. */
+  const view = (tasks: Task[], over: Partial<View> = {}): View => ({
+    tasks: [...tasks].sort(newestFirst),
+    total: tasks.length,
+    statuses: [],
+    page: 0,
+    perPage: 3,
+    ...over,
+  });
+  const ids = (m: Merge) => m.view.tasks.map((t) => t.name);
+
+  it('adds a created task at the top of the first page, keeping the page size', () => {
+    const [a, b] = [task(), task()];
+    const m = merge(view([a!, b!]), 'task.created', task({ name: 'new' }));
+    expect(ids(m)).toEqual(['new', b!.name, a!.name]);
+    expect(m).toMatchObject({ resync: false, view: { total: 3 } });
+    const full = merge(m.view, 'task.created', task({ name: 'newer' }));
+    expect(ids(full)).toEqual(['newer', 'new', b!.name]);
+    expect(full.view.total).toBe(4);
+  });
+
+  it('counts a created task on a later page and asks to reload (every row moves down)', () => {
+    const v = view([task(), task(), task()], { page: 1, total: 6 });
+    const m = merge(v, 'task.created', task());
+    expect(m.view.tasks).toEqual(v.tasks);
+    expect(m).toMatchObject({ resync: true, view: { total: 7 } });
+  });
+
+  it('ignores a created task the filter excludes, and treats one already shown as an update', () => {
+    const v = view([task({ status: 'RUNNING' })], { statuses: ['RUNNING'] });
+    expect(merge(v, 'task.created', task())).toEqual({ view: v, resync: false });
+    const shown = { ...v.tasks[0]!, progress: 50, updatedAt: v.tasks[0]!.updatedAt + 1 };
+    const m = merge(v, 'task.created', shown);
+    expect(m.view.tasks).toEqual([shown]);
+    expect(m.view.total).toBe(1);
+  });
+
+  it('replaces a row with a newer (or equal) snapshot and ignores an older one', () => {
+    const a = task({ status: 'RUNNING', progress: 10, updatedAt: 5_000 });
+    const v = view([task(), a, task()]);
+    const newer = merge(v, 'task.updated', { ...a, progress: 60, remaining: 12, updatedAt: 6_000 });
+    expect(newer.view.tasks.find((t) => t.id === a.id)).toMatchObject({ progress: 60, remaining: 12 });
+    expect(newer.view.tasks.map((t) => t.id)).toEqual(v.tasks.map((t) => t.id)); // same place
+    expect(newer).toMatchObject({ resync: false, view: { total: 3 } });
+    const older = merge(newer.view, 'task.updated', { ...a, progress: 30, updatedAt: 5_500 });
+    expect(older.view).toBe(newer.view);
+    const same = merge(newer.view, 'task.updated', { ...a, progress: 61, updatedAt: 6_000 });
+    expect(same.view.tasks.find((t) => t.id === a.id)?.progress).toBe(61);
+  });
+
+  it('removes a deleted row; asks to reload when a row of the next page moves in', () => {
+    const [a, b, c] = [task(), task(), task()];
+    const m = merge(view([a!, b!, c!]), 'task.deleted', b!);
+    expect(ids(m)).toEqual([c!.name, a!.name]);
+    expect(m).toMatchObject({ resync: false, view: { total: 2 } });
+    const more = merge(view([a!, b!, c!], { total: 10 }), 'task.deleted', b!);
+    expect(more).toMatchObject({ resync: true, view: { total: 9 } });
+  });
+
+  it('asks to reload for a deleted task it does not show (on another page, or gone already)', () => {
+    const v = view([task(), task()]);
+    expect(merge(v, 'task.deleted', task())).toEqual({ view: v, resync: true });
+    const filtered = view([task({ status: 'RUNNING' })], { statuses: ['RUNNING'] });
+    expect(merge(filtered, 'task.deleted', task({ status: 'DONE_CANCELED' }))).toEqual({
+      view: filtered,
+      resync: false,
+    });
+  });
+
+  it('drops a row that leaves the status filter', () => {
+    const a = task({ status: 'RUNNING' });
+    const b = task({ status: 'QUEUED' });
+    const v = view([a, b], { statuses: ['QUEUED', 'RUNNING'] });
+    const m = merge(v, 'task.updated', { ...a, status: 'DONE_SUCCESSFUL', updatedAt: a.updatedAt + 1 });
+    expect(ids(m)).toEqual([b.name]);
+    expect(m).toMatchObject({ resync: false, view: { total: 1 } });
+  });
+
+  it('adds a task that enters the filter where the API would list it', () => {
+    const [a, b, c] = [task({ status: 'RUNNING' }), task(), task({ status: 'RUNNING' })];
+    const v = view([a!, c!], { statuses: ['RUNNING'] });
+    const m = merge(v, 'task.updated', { ...b!, status: 'RUNNING', updatedAt: b!.updatedAt + 1 });
+    expect(ids(m)).toEqual([c!.name, b!.name, a!.name]);
+    expect(m).toMatchObject({ resync: false, view: { total: 3 } });
+  });
+
+  it('filtered: a change it cannot place on this page asks to reload', () => {
+    const rows = [task({ status: 'RUNNING' }), task({ status: 'RUNNING' }), task({ status: 'RUNNING' })];
+    const v = view(rows, { statuses: ['RUNNING'], total: 5 });
+    const older = task({ status: 'RUNNING', createdAt: 1 }); // sorts after this full page
+    expect(merge(v, 'task.updated', older)).toEqual({ view: v, resync: true });
+    // Left the filter, or changed without ever matching it: only a reload can tell.
+    expect(merge(v, 'task.updated', task({ status: 'DONE_ERROR' }))).toEqual({ view: v, resync: true });
+  });
+
+  it('unfiltered: an update of a task on another page changes nothing', () => {
+    const v = view([task(), task(), task()], { total: 9 });
+    const other = task({ createdAt: 1, status: 'RUNNING', progress: 40 });
+    expect(merge(v, 'task.updated', other)).toEqual({ view: v, resync: false });
+    const newer = view([task(), task(), task()], { page: 1, total: 9 });
+    expect(merge(newer, 'task.updated', task({ status: 'RUNNING' }))).toEqual({ view: newer, resync: false });
+  });
+
+  it('orders like the API: createdAt, then id, descending', () => {
+    const x = task({ createdAt: 5, id: 'b' });
+    const y = task({ createdAt: 5, id: 'a' });
+    const z = task({ createdAt: 9 });
+    expect([y, x, z].sort(newestFirst)).toEqual([z, x, y]);
+  });
+
+  it('builds the list query', () => {
+    expect(taskListQuery({ page: 2, perPage: 50, statuses: [] })).toBe('page=2&perPage=50');
+    expect(taskListQuery({ page: 0, perPage: 50, statuses: ['QUEUED', 'RUNNING'] })).toBe(
+      'page=0&perPage=50&status=QUEUED%2CRUNNING',
+    );
+  });
+});
+
+describe('formatting', () => {
+  it('durations', () => {
+    expect(formatDuration(0)).toBe('0s');
+    expect(formatDuration(42.4)).toBe('42s');
+    expect(formatDuration(59.6)).toBe('1m 00s');
+    expect(formatDuration(185)).toBe('3m 05s');
+    expect(formatDuration(3720)).toBe('1h 02m');
+    expect(formatDuration(2 * 86400 + 3 * 3600 + 59)).toBe('2d 03h');
+    for (const unknown of [-1, Number.NaN, Number.POSITIVE_INFINITY])
+      expect(formatDuration(unknown)).toBe('—');
+  });
+
+  it('times, in local time', () => {
+    const now = new Date(2026, 10, 24, 15, 30, 0).getTime();
+    expect(formatTime(new Date(2026, 10, 24, 9, 5, 7).getTime(), now)).toBe('09:05:07');
+    expect(formatTime(new Date(2026, 10, 23, 23, 59, 59).getTime(), now)).toBe('2026-11-23 23:59');
+    expect(formatTime(new Date(2025, 0, 2, 3, 4, 5).getTime(), now)).toBe('2025-01-02 03:04');
+    expect(formatTime(0, now)).toBe('—');
+  });
+
+  it('ages', () => {
+    const now = Date.UTC(2026, 10, 24);
+    expect(formatAgo(0, now)).toBe('never');
+    expect(formatAgo(now - 500, now)).toBe('just now');
+    expect(formatAgo(now + 3000, now)).toBe('just now'); // a clock ahead of ours
+    expect(formatAgo(now - 12_000, now)).toBe('12s ago');
+    expect(formatAgo(now - 5 * 60_000, now)).toBe('5m ago');
+    expect(formatAgo(now - 3 * 3_600_000, now)).toBe('3h ago');
+    expect(formatAgo(now - 4 * 86_400_000, now)).toBe('4d ago');
+  });
+
+  it('percentages and the pager', () => {
+    expect([percent(-3), percent(0), percent(99.9), percent(100), percent(140), percent(Number.NaN)]).toEqual(
+      [0, 0, 99, 100, 100, 0],
+    );
+    expect(pageLabel({ page: 0, perPage: 50, total: 123, count: 50 })).toBe('1–50 of 123');
+    expect(pageLabel({ page: 2, perPage: 50, total: 123, count: 23 })).toBe('101–123 of 123');
+    expect(pageLabel({ page: 0, perPage: 50, total: 0, count: 0 })).toBe('0 of 0');
+  });
+
+  it('statuses: labels, classes (server text never picks a class), open and done', () => {
+    expect(TASK_STATUSES.map(statusLabel)).toEqual([
+      'queued',
+      'pre-processing',
+      'running',
+      'successful',
+      'failed',
+      'canceled',
+    ]);
+    expect(statusLabel('SOMETHING_NEW')).toBe('SOMETHING_NEW');
+    expect(statusLabel('constructor')).toBe('constructor');
+    expect(statusClass('DONE_ERROR')).toBe('status-done-error');
+    expect(statusClass('PRE_PROCESSING')).toBe('status-pre-processing');
+    expect(statusClass('draining')).toBe('status-draining');
+    for (const odd of ['hidden', 'x status-online', 'Online', '', 'constructor']) {
+      expect(statusClass(odd)).toBe('status-unknown');
+    }
+    // The browser module cannot import the shared schema: its copy of the statuses must not drift.
+    expect(TASK_STATUSES).toEqual(TaskStatus.options);
+    expect(TASK_STATUSES.filter(isOpenStatus)).toEqual(['QUEUED', 'PRE_PROCESSING', 'RUNNING']);
+    expect(TASK_STATUSES.filter(isDoneStatus)).toEqual(['DONE_SUCCESSFUL', 'DONE_ERROR', 'DONE_CANCELED']);
+    expect(agentState({ status: 'draining', paused: true })).toBe('paused');
+    expect(agentState({ status: 'draining', paused: false })).toBe('draining');
+    expect(agentState({ status: 'offline', paused: true })).toBe('offline');
+  });
+
+  it("a failed call's message: the problem's detail and field errors, else the text", () => {
+    const problem = {
+      type: 'about:blank',
+      title: 'Conflict',
+      status: 409,
+      detail: 'task is running',
+      code: 'CONFLICT',
+    };
+    expect(problemMessage(409, JSON.stringify(problem))).toBe('task is running');
+    expect(
+      problemMessage(
+        422,
+        JSON.stringify({
+          ...problem,
+          detail: 'invalid body',
+          errors: [{ path: 'paused', message: 'boolean' }],
+        }),
+      ),
+    ).toBe('invalid body (paused: boolean)');
+    expect(problemMessage(502, '<html>Bad gateway</html>')).toBe('<html>Bad gateway</html>');
+    expect(problemMessage(500, '')).toBe('HTTP 500');
+    expect(problemMessage(500, 'x'.repeat(1000))).toHaveLength(300);
+  });
+
+  it('reconnect delays: the base (or retry:), doubled per failure, at most 30 s, ±20 %', () => {
+    expect([0, 1, 2, 3, 4, 5, 6, 40].map((n) => reconnectDelay(n))).toEqual([
+      1000, 2000, 4000, 8000, 16000, 30000, 30000, 30000,
+    ]);
+    expect(reconnectDelay(0, 3000)).toBe(3000);
+    expect(reconnectDelay(0, 1000, 0)).toBe(800);
+    expect(reconnectDelay(0, 1000, 1)).toBe(1200);
+    expect(reconnectDelay(0, 0)).toBe(100); // `retry: 0` does not make a tight loop
+  });
+});

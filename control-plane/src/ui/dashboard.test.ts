@@ -1,0 +1,178 @@
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { expectProblem } from '../../../test/api/support.ts';
+import { useTestApp } from '../../../test/helpers/app.ts';
+import { DASHBOARD_CSP, DASHBOARD_FILES } from './dashboard.ts';
+
+const DIR = fileURLToPath(new URL('./dashboard/', import.meta.url));
+const TOKEN = 'tok-dashboard-test';
+// API tokens configured: the page and its files must still be served without one.
+const t = useTestApp({ apiTokens: [TOKEN] });
+
+const ASSETS = Object.keys(DASHBOARD_FILES).filter((f) => f !== 'index.html');
+const TEXT_FILES = Object.keys(DASHBOARD_FILES).filter((f) => !f.endsWith('.png'));
+
+function expectPageHeaders(res: Response, type: string, what: string) {
+  expect(res.status, what).toBe(200);
+  expect(res.headers.get('content-type'), what).toBe(type);
+  expect(res.headers.get('content-security-policy'), what).toBe(DASHBOARD_CSP);
+  expect(res.headers.get('x-content-type-options'), what).toBe('nosniff');
+  expect(res.headers.get('cache-control'), what).toBe('no-cache');
+  expect(res.headers.get('etag'), what).toMatch(/^"/);
+}
+
+describe('the dashboard (/ui)', () => {
+  it('GET / redirects to /ui, and /ui/ to /ui', async () => {
+    for (const [path, to] of [
+      ['/', '/ui'],
+      ['/ui/', '/ui'],
+    ]) {
+      const res = await t.call('GET', path!);
+      expect(res.status, path).toBe(302);
+      expect(res.headers.get('location'), path).toBe(to);
+    }
+  });
+
+  it('serves the page and every file without a token, with CSP and nosniff', async () => {
+    const page = await t.call('GET', '/ui');
+    expectPageHeaders(page, 'text/html; charset=utf-8', '/ui');
+    expect(await page.text()).toBe(readFileSync(join(DIR, 'index.html'), 'utf8'));
+    for (const file of ASSETS) {
+      const res = await t.call('GET', `/ui/${file}`);
+      expectPageHeaders(res, DASHBOARD_FILES[file]!, file);
+      expect(Buffer.from(await res.arrayBuffer()).equals(readFileSync(join(DIR, file))), file).toBe(true);
+    }
+  });
+
+  it('the page loads only whitelisted files of /ui (and links to the API reference)', async () => {
+    const html = await (await t.call('GET', '/ui')).text();
+    const urls = [...html.matchAll(/(?:src|href)="([^"]*)"/g)].map((m) => m[1]!);
+    expect(urls.sort()).toEqual(['/api/v1/docs', '/ui/app.js', '/ui/favicon.png', '/ui/style.css']);
+    // app.js imports logic.js, relative to itself: the whole module graph is served.
+    const imports = (file: string) =>
+      [
+        ...readFileSync(join(DIR, file), 'utf8').matchAll(/^\s*(?:import|export)\b[^;]*?from\s+'([^']+)'/gms),
+      ].map((m) => m[1]!);
+    expect(imports('app.js')).toEqual(['./logic.js']);
+    expect(imports('logic.js')).toEqual([]);
+    expect(Object.keys(DASHBOARD_FILES)).toContain('logic.js');
+  });
+
+  it('an ETag lets the browser revalidate (304)', async () => {
+    const first = await t.call('GET', '/ui/app.js');
+    const again = await t.call('GET', '/ui/app.js', undefined, {
+      'If-None-Match': first.headers.get('etag')!,
+    });
+    expect(again.status).toBe(304);
+  });
+
+  it('anything else under /ui is 404, and /ui is no way around the token', async () => {
+    for (const path of [
+      '/ui/index.html', // the page is /ui
+      '/ui/nope.js',
+      '/ui/dashboard.ts',
+      '/ui/api-reference.ts',
+      '/ui/dashboard.test.ts',
+      '/ui/..%2Fdashboard.ts',
+      '/ui/%2e%2e%2fdashboard.ts',
+      '/ui/constructor',
+      '/ui/__proto__',
+      '/ui/hasOwnProperty',
+      '/ui/dashboard/app.js',
+      '/ui/app.js/x',
+    ]) {
+      await expectProblem(await t.call('GET', path), 404);
+    }
+    for (const path of ['/uix', '/ui/../api/v1/tasks', '/ui/%2e%2e/api/v1/tasks', '/api/v1/events']) {
+      await expectProblem(await t.call('GET', path), 401, 'UNAUTHORIZED');
+    }
+    // The API the page calls still needs the token.
+    await expectProblem(await t.call('GET', '/api/v1/tasks'), 401, 'UNAUTHORIZED');
+    await expectProblem(await t.call('GET', '/api/v1/agents'), 401, 'UNAUTHORIZED');
+    const ok = await t.call('GET', '/api/v1/tasks', undefined, { Authorization: `Bearer ${TOKEN}` });
+    expect(ok.status).toBe(200);
+    expect(ok.headers.get('x-total')).toBe('0');
+  });
+
+  it('works offline: no URL to another host in any served file', async () => {
+    for (const file of TEXT_FILES) {
+      const text = await (await t.call('GET', file === 'index.html' ? '/ui' : `/ui/${file}`)).text();
+      expect(text, file).not.toMatch(/\bhttps?:/i);
+      expect(text, file).not.toMatch(/(?:src|href)=["']?\/\/|url\(\s*["']?\/\/|@import/i);
+      expect(text, file).not.toMatch(/\bimport\s*\(\s*['"](?!\.\/)|from\s+['"](?!\.\/)/); // relative imports only
+    }
+    const png = Buffer.from(await (await t.call('GET', '/ui/favicon.png')).arrayBuffer());
+    expect(png.subarray(1, 4).toString()).toBe('PNG');
+    expect(png.toString('latin1')).not.toMatch(/https?:/i);
+  });
+
+  it('the CSP allows nothing inline, no eval and no other origin, and the page needs none of it', async () => {
+    for (const bad of ["'unsafe-inline'", "'unsafe-eval'", '*', 'data:', 'http', 'blob:']) {
+      expect(DASHBOARD_CSP).not.toContain(bad);
+    }
+    expect(DASHBOARD_CSP).toMatch(/^default-src 'self'(;|$)/);
+    const html = readFileSync(join(DIR, 'index.html'), 'utf8');
+    for (const m of html.matchAll(/<script\b[^>]*>([\s\S]*?)<\/script>/g)) {
+      expect(m[0]).toMatch(/\bsrc="\/ui\//); // every script is a file…
+      expect(m[1]!.trim()).toBe(''); // …and none is inline
+    }
+    expect(html).not.toMatch(/<style|\sstyle=|\son[a-z]+=|javascript:/i);
+  });
+});
+
+describe('the dashboard scripts build the DOM from text only', () => {
+  it('never write HTML: no innerHTML, outerHTML, insertAdjacentHTML, document.write, eval', () => {
+    for (const file of ['app.js', 'logic.js']) {
+      const source = readFileSync(join(DIR, file), 'utf8');
+      for (const sink of [
+        /\binnerHTML\b/,
+        /\bouterHTML\b/,
+        /\binsertAdjacentHTML\b/,
+        /\bdocument\s*\.\s*write(?:ln)?\b/,
+        /\bcreateContextualFragment\b/,
+        /\bDOMParser\b/,
+        /\bsrcdoc\b/,
+        /\beval\s*\(/,
+        /\bnew\s+Function\b/,
+        /\bset(?:Timeout|Interval)\(\s*['"`]/,
+      ]) {
+        expect(source, `${file} ${sink}`).not.toMatch(sink);
+      }
+    }
+    // The scan is not blind: it finds a sink in a file that has one.
+    expect('row.innerHTML = task.name').toMatch(/\binnerHTML\b/);
+  });
+
+  it('type-check cleanly against the DOM with their JSDoc types (tsc --checkJs)', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'ffleet-dashboard-tsc-'));
+    try {
+      const config = {
+        compilerOptions: {
+          noEmit: true,
+          allowJs: true,
+          checkJs: true,
+          strict: true,
+          noUncheckedIndexedAccess: true,
+          target: 'ES2022',
+          module: 'ES2022',
+          moduleResolution: 'bundler',
+          lib: ['ES2023', 'DOM', 'DOM.Iterable'],
+          types: [],
+          skipLibCheck: true,
+        },
+        files: [join(DIR, 'app.js'), join(DIR, 'logic.js')],
+      };
+      writeFileSync(join(dir, 'tsconfig.json'), JSON.stringify(config));
+      const tsc = fileURLToPath(new URL('../../../node_modules/typescript/bin/tsc', import.meta.url));
+      const run = spawnSync(process.execPath, [tsc, '-p', join(dir, 'tsconfig.json')], { encoding: 'utf8' });
+      expect(run.stdout + run.stderr).toBe('');
+      expect(run.status).toBe(0);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});

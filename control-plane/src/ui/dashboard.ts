@@ -1,0 +1,59 @@
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Hono } from 'hono';
+import { etag } from 'hono/etag';
+
+// The operator dashboard (/ui): static files served from the source tree (bin/bundle.js gives the
+// bundled CLI each source's own import.meta.url, so this directory is found there too). Nothing is
+// fetched from elsewhere: studio networks have no internet.
+const DIR = fileURLToPath(new URL('./dashboard/', import.meta.url));
+
+/** The files served, and their types; anything else under /ui is 404. The page itself is /ui. */
+export const DASHBOARD_FILES: Readonly<Record<string, string>> = {
+  'index.html': 'text/html; charset=utf-8',
+  'app.js': 'text/javascript; charset=utf-8',
+  'logic.js': 'text/javascript; charset=utf-8',
+  'style.css': 'text/css; charset=utf-8',
+  'favicon.png': 'image/png',
+};
+
+/**
+ * Scripts and styles from this origin only (no inline script or style, no eval), requests to this
+ * origin only (the API), no plugins, no framing, no form posting anywhere.
+ */
+export const DASHBOARD_CSP = [
+  "default-src 'self'",
+  "script-src 'self'",
+  "style-src 'self'",
+  "img-src 'self'",
+  "connect-src 'self'",
+  "object-src 'none'",
+  "base-uri 'none'",
+  "form-action 'none'",
+  "frame-ancestors 'none'",
+].join('; ');
+
+const HEADERS = {
+  'Content-Security-Policy': DASHBOARD_CSP,
+  'X-Content-Type-Options': 'nosniff',
+  'Referrer-Policy': 'no-referrer',
+  // Revalidated on each load (the ETag makes that a 304): an upgraded control plane's page and scripts
+  // are never mixed with cached ones.
+  'Cache-Control': 'no-cache',
+};
+
+async function serve(file: string): Promise<Response> {
+  const type = DASHBOARD_FILES[file]!;
+  return new Response(await readFile(join(DIR, file)), { headers: { ...HEADERS, 'Content-Type': type } });
+}
+
+/** Mounted at /ui by createApp; `GET /ui/` redirects to `/ui`. Public: the files hold no data. */
+export const dashboard = new Hono()
+  .use('*', etag())
+  .get('/', () => serve('index.html'))
+  .get('/:file', async (c) => {
+    const file = c.req.param('file');
+    if (file === 'index.html' || !Object.hasOwn(DASHBOARD_FILES, file)) return c.notFound();
+    return serve(file);
+  });

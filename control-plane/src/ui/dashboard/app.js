@@ -1,0 +1,659 @@
+// @ts-check
+// The operator dashboard (/ui): tasks kept live from the event stream, agents polled, per-task actions.
+// Server data (task names, errors, logs, agent names, labels) is attacker-controlled: it only ever
+// reaches the page as textContent, text nodes or attribute values, never as markup.
+import {
+  agentState,
+  formatAgo,
+  formatDuration,
+  formatTime,
+  isDoneStatus,
+  isOpenStatus,
+  mergeTaskEvent,
+  pageLabel,
+  parseTaskEvent,
+  percent,
+  problemMessage,
+  reconnectDelay,
+  SseParser,
+  statusClass,
+  statusLabel,
+  TASK_EVENTS,
+  taskListQuery,
+} from './logic.js';
+
+/** @typedef {import('./logic.js').Task} Task */
+/** @typedef {import('./logic.js').Agent} Agent */
+/** @typedef {import('./logic.js').TaskView} TaskView */
+/** @typedef {import('./logic.js').TaskEventName} TaskEventName */
+/** @typedef {{event: TaskEventName, task: Task}} TaskEvent */
+/** A table cell: the key of what it shows, how to build that, and its class. @typedef {[string, () => (Node | string)[], string?]} Cell */
+
+const TOKEN_KEY = 'ffleet.apiToken';
+const PER_PAGE = 50;
+const AGENT_POLL_MS = 5000;
+const RESYNC_MS = 3000;
+const LOGS_FOLLOW_MS = 2000;
+/** The server sends a keep-alive every 15 s: a stream silent for this long is dead. */
+const STALL_MS = 45_000;
+const EVENTS_URL = `/api/v1/events?events=${TASK_EVENTS.join(',')}`;
+
+/** @param {string} id */
+function byId(id) {
+  const found = document.getElementById(id);
+  if (!found) throw new Error(`#${id} is missing from the page`);
+  return found;
+}
+
+/**
+ * @template {keyof HTMLElementTagNameMap} K
+ * @param {K} tag
+ * @param {string} [className]
+ * @param {string} [text]
+ * @returns {HTMLElementTagNameMap[K]}
+ */
+function el(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+/** @param {string} label @param {() => void} onClick @param {{disabled?: boolean, danger?: boolean}} [opts] */
+function button(label, onClick, opts = {}) {
+  const b = el('button', opts.danger ? 'danger' : '', label);
+  b.type = 'button';
+  b.disabled = !!opts.disabled;
+  b.addEventListener('click', onClick);
+  return b;
+}
+
+/** @param {string} status @param {string} text */
+const badge = (status, text) => el('span', `badge ${statusClass(status)}`, text);
+
+// --- messages, connection state, token -------------------------------------------------------------
+
+const ui = {
+  connection: byId('connection'),
+  message: byId('message'),
+  messageText: byId('message-text'),
+  auth: /** @type {HTMLFormElement} */ (byId('auth')),
+  authReason: byId('auth-reason'),
+  authToken: /** @type {HTMLInputElement} */ (byId('auth-token')),
+  forgetToken: /** @type {HTMLButtonElement} */ (byId('forget-token')),
+  statusFilter: /** @type {HTMLSelectElement} */ (byId('status-filter')),
+  pagePrev: /** @type {HTMLButtonElement} */ (byId('page-prev')),
+  pageNext: /** @type {HTMLButtonElement} */ (byId('page-next')),
+  pageLabel: byId('page-label'),
+  taskRows: byId('task-rows'),
+  tasksEmpty: byId('tasks-empty'),
+  logs: byId('logs'),
+  logsTitle: byId('logs-title'),
+  logsState: byId('logs-state'),
+  logsText: byId('logs-text'),
+  agentRows: byId('agent-rows'),
+  agentsEmpty: byId('agents-empty'),
+  agentsState: byId('agents-state'),
+};
+
+/** @param {string} text */
+function showError(text) {
+  ui.messageText.textContent = text;
+  ui.message.hidden = false;
+}
+
+/** @param {string} text @param {'live' | 'wait' | 'off'} state */
+function setConnection(text, state) {
+  ui.connection.textContent = text;
+  ui.connection.className = `connection conn-${state}`;
+}
+
+const token = () => sessionStorage.getItem(TOKEN_KEY) ?? '';
+let needsToken = false;
+
+/** @param {string} reason the API's 401 detail */
+function askForToken(reason) {
+  needsToken = true;
+  stopEvents();
+  setConnection('waiting for an API token', 'off');
+  ui.authReason.textContent = token() ? `The saved token was refused: ${reason}.` : `${reason}.`;
+  ui.auth.hidden = false;
+  ui.authToken.focus();
+}
+
+class ApiError extends Error {
+  /** @param {number} status @param {string} message */
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
+/**
+ * A request to the API with the token; a failure throws an ApiError with the problem's detail, and a
+ * 401 also asks for a token.
+ * @param {string} method
+ * @param {string} path
+ * @param {{body?: unknown, headers?: Record<string, string>, signal?: AbortSignal}} [opts]
+ */
+async function api(method, path, opts = {}) {
+  /** @type {Record<string, string>} */
+  const headers = { ...opts.headers };
+  if (token()) headers.Authorization = `Bearer ${token()}`;
+  if (opts.body !== undefined) headers['Content-Type'] = 'application/json';
+  let res;
+  try {
+    const body = opts.body === undefined ? undefined : JSON.stringify(opts.body);
+    res = await fetch(path, { method, headers, body, cache: 'no-store', signal: opts.signal });
+  } catch (err) {
+    if (opts.signal?.aborted) throw err;
+    throw new ApiError(0, 'the control plane cannot be reached');
+  }
+  if (res.ok) return res;
+  const message = problemMessage(res.status, await res.text().catch(() => ''));
+  if (res.status === 401) askForToken(message);
+  throw new ApiError(res.status, message);
+}
+
+/** @param {unknown} err @param {string} what */
+function report(err, what) {
+  if (err instanceof ApiError && err.status === 401) return; // the token form says it
+  showError(`${what}: ${err instanceof Error ? err.message : String(err)}`);
+}
+
+// --- tasks ---------------------------------------------------------------------------------------------
+
+/** @type {TaskView} */
+let view = { tasks: [], total: 0, statuses: [], page: 0, perPage: PER_PAGE };
+/** The page and filter asked for (the view shows them once they are loaded). */
+const query = { page: 0, statuses: /** @type {string[]} */ ([]) };
+/** Events received while a load is in flight, applied again to its result. @type {TaskEvent[] | null} */
+let pending = null;
+let loadSeq = 0;
+let resyncTimer = 0;
+/** Tasks with an action in flight (their buttons are disabled). */
+const busy = new Set();
+
+async function loadTasks() {
+  const seq = ++loadSeq;
+  pending ??= [];
+  const want = { ...query, perPage: PER_PAGE };
+  try {
+    const res = await api('GET', `/api/v1/tasks?${taskListQuery(want)}`);
+    /** @type {Task[]} */
+    const tasks = await res.json();
+    const total = Number(res.headers.get('X-Total') ?? tasks.length);
+    if (seq !== loadSeq) return; // a newer load is on its way
+    if (want.page > 0 && tasks.length === 0 && total > 0) {
+      query.page = Math.max(0, Math.ceil(total / PER_PAGE) - 1); // the page emptied: show the last one
+      return void loadTasks();
+    }
+    /** @type {TaskView} */
+    let next = { ...want, tasks, total };
+    let resync = false;
+    for (const e of pending ?? []) {
+      const r = mergeTaskEvent(next, e.event, e.task);
+      next = r.view;
+      resync ||= r.resync;
+    }
+    pending = null;
+    view = next;
+    renderTasks();
+    if (resync) scheduleResync();
+  } catch (err) {
+    if (seq !== loadSeq) return;
+    pending = null;
+    report(err, 'Loading tasks');
+  }
+}
+
+function scheduleResync() {
+  if (resyncTimer) return;
+  resyncTimer = window.setTimeout(() => {
+    resyncTimer = 0;
+    loadTasks();
+  }, RESYNC_MS);
+}
+
+/** @param {TaskEvent} e */
+function onTaskEvent(e) {
+  pending?.push(e);
+  const r = mergeTaskEvent(view, e.event, e.task);
+  if (r.view !== view) {
+    view = r.view;
+    renderTasks();
+  }
+  if (r.resync && !pending) scheduleResync();
+  if (logsTask?.id === e.task.id) onLogsTaskEvent(e);
+}
+
+/** @type {Map<string, HTMLTableRowElement>} */
+const taskRows = new Map();
+
+/**
+ * Make `tbody`'s rows those of `items`, in order. Rows are kept per id and each cell is rebuilt only
+ * when its key changes, so a task's progress does not rebuild (and swallow a click on) its buttons.
+ * @template T
+ * @param {HTMLElement} tbody
+ * @param {Map<string, HTMLTableRowElement>} rows
+ * @param {T[]} items
+ * @param {(item: T) => string} idOf
+ * @param {(item: T) => Cell[]} cellsOf
+ */
+function syncRows(tbody, rows, items, idOf, cellsOf) {
+  const keep = new Set();
+  /** @type {ChildNode | null} */
+  let next = tbody.firstChild;
+  for (const item of items) {
+    const id = idOf(item);
+    keep.add(id);
+    const row = rows.get(id) ?? el('tr');
+    rows.set(id, row);
+    cellsOf(item).forEach(([key, build, className = ''], i) => {
+      const cell = row.cells.item(i) ?? row.insertCell();
+      if (cell.dataset.key === key) return;
+      cell.dataset.key = key;
+      cell.className = className;
+      cell.replaceChildren(...build());
+    });
+    if (row === next) next = row.nextSibling;
+    else tbody.insertBefore(row, next);
+  }
+  for (const [id, row] of rows) {
+    if (keep.has(id)) continue;
+    row.remove();
+    rows.delete(id);
+  }
+}
+
+/** @param {Task} t @returns {Cell[]} */
+function taskCells(t) {
+  const pct = percent(t.progress);
+  const postProcessing = t.status === 'RUNNING' && (t.postProcessing?.startedAt ?? 0) > 0;
+  const created = formatTime(t.createdAt);
+  const finished = formatTime(t.finishedAt);
+  const isBusy = busy.has(t.id);
+  return [
+    [
+      JSON.stringify([t.name, t.id, t.error]),
+      () => {
+        const name = el('div', 'name', t.name || '(unnamed)');
+        name.title = t.name;
+        const out = [name, el('div', 'id', t.id)];
+        if (t.error) out.push(el('div', 'task-error', t.error));
+        return out;
+      },
+      'task',
+    ],
+    [t.status, () => [badge(t.status, statusLabel(t.status))]],
+    [
+      JSON.stringify([t.status, pct, t.remaining, postProcessing]),
+      () => {
+        if (t.status === 'PRE_PROCESSING') return [el('span', 'muted', 'pre-processing…')];
+        if (t.status !== 'RUNNING') return [];
+        if (postProcessing) return [el('span', 'muted', 'post-processing…')];
+        const bar = el('progress');
+        bar.max = 100;
+        bar.value = pct;
+        const left = t.remaining >= 0 ? ` · ${formatDuration(t.remaining)} left` : '';
+        return [bar, el('span', 'muted', `${pct}%${left}`)];
+      },
+      'progress',
+    ],
+    [t.agent?.name ?? '', () => [t.agent?.name ?? '—']],
+    [String(t.attempt), () => [String(t.attempt)], 'num'],
+    [created, () => [created], 'time'],
+    [finished, () => [finished], 'time'],
+    [
+      JSON.stringify([t.status, isBusy]),
+      () => {
+        const out = [];
+        if (isOpenStatus(t.status)) out.push(button('Cancel', () => cancelTask(t.id), { disabled: isBusy }));
+        if (isDoneStatus(t.status))
+          out.push(button('Restart', () => restartTask(t.id), { disabled: isBusy }));
+        out.push(button('Logs', () => openLogs(t.id)));
+        out.push(button('Delete', () => deleteTask(t.id), { disabled: isBusy, danger: true }));
+        return out;
+      },
+      'actions',
+    ],
+  ];
+}
+
+function renderTasks() {
+  syncRows(ui.taskRows, taskRows, view.tasks, (t) => t.id, taskCells);
+  ui.tasksEmpty.hidden = view.tasks.length > 0;
+  ui.pageLabel.textContent = pageLabel({ ...view, count: view.tasks.length });
+  ui.pagePrev.disabled = view.page === 0;
+  ui.pageNext.disabled = (view.page + 1) * view.perPage >= view.total;
+}
+
+/** @param {string} id */
+const findTask = (id) => view.tasks.find((t) => t.id === id);
+
+/**
+ * Run an action on a task: its buttons are disabled meanwhile, and a failure shows the API's detail.
+ * @param {string} id @param {string} what @param {(t: Task) => Promise<TaskEvent | null>} run
+ */
+async function act(id, what, run) {
+  const t = findTask(id);
+  if (!t || busy.has(id)) return;
+  busy.add(id);
+  renderTasks();
+  try {
+    const e = await run(t);
+    if (e) onTaskEvent(e); // the response is the newest state; the event stream brings it too
+  } catch (err) {
+    report(err, `${what} “${t.name}”`);
+    scheduleResync(); // a refused action usually means the row is out of date (finished, deleted)
+  } finally {
+    busy.delete(id);
+    renderTasks();
+  }
+}
+
+const taskPath = (/** @type {string} */ id) => `/api/v1/tasks/${encodeURIComponent(id)}`;
+
+/** @param {string} id */
+function cancelTask(id) {
+  const name = findTask(id)?.name ?? id;
+  if (!confirm(`Cancel “${name}”? A running transcode is stopped and its partial output removed.`)) return;
+  act(id, 'Cancel', async (t) => {
+    const res = await api('PATCH', `${taskPath(t.id)}/cancel`);
+    return { event: 'task.updated', task: await res.json() };
+  });
+}
+
+/** @param {string} id */
+function restartTask(id) {
+  act(id, 'Restart', async (t) => {
+    const res = await api('PATCH', `${taskPath(t.id)}/restart`);
+    return { event: 'task.updated', task: await res.json() };
+  });
+}
+
+/** @param {string} id */
+function deleteTask(id) {
+  const name = findTask(id)?.name ?? id;
+  if (!confirm(`Delete “${name}” and its logs? A running task is canceled first.`)) return;
+  act(id, 'Delete', async (t) => {
+    await api('DELETE', taskPath(t.id));
+    return { event: 'task.deleted', task: t };
+  });
+}
+
+// --- logs ----------------------------------------------------------------------------------------------
+
+/** @type {Task | null} */
+let logsTask = null;
+let logsDeleted = false;
+
+/** @param {string} id */
+function openLogs(id) {
+  const t = findTask(id);
+  if (!t) return;
+  logsTask = t;
+  logsDeleted = false;
+  ui.logsTitle.textContent = t.name;
+  ui.logsText.textContent = 'loading…';
+  ui.logs.hidden = false;
+  ui.logs.scrollIntoView({ block: 'nearest' });
+  refreshLogs();
+}
+
+async function refreshLogs() {
+  const t = logsTask;
+  if (!t || logsDeleted) return;
+  try {
+    const text = await (await api('GET', `${taskPath(t.id)}/logs`)).text();
+    if (logsTask !== t) return;
+    const box = ui.logsText;
+    const atEnd = box.scrollTop + box.clientHeight >= box.scrollHeight - 4;
+    box.textContent = text === '' ? '(no output captured yet)' : text;
+    if (atEnd) box.scrollTop = box.scrollHeight;
+    const follow = isOpenStatus(t.status) ? 'following · ' : '';
+    ui.logsState.textContent = `${follow}${statusLabel(t.status)} · loaded ${formatTime(Date.now())}`;
+  } catch (err) {
+    if (logsTask === t) ui.logsState.textContent = 'could not load';
+    report(err, `Logs of “${t.name}”`);
+  }
+}
+
+/** @param {TaskEvent} e */
+function onLogsTaskEvent(e) {
+  const wasOpen = logsTask !== null && isOpenStatus(logsTask.status);
+  logsTask = e.task;
+  if (e.event === 'task.deleted') {
+    logsDeleted = true;
+    ui.logsState.textContent = 'the task was deleted';
+  } else if (wasOpen && isDoneStatus(e.task.status)) {
+    refreshLogs(); // the last lines
+  }
+}
+
+// --- agents --------------------------------------------------------------------------------------------
+
+/** @type {Map<string, HTMLTableRowElement>} */
+const agentRows = new Map();
+/** @type {Agent[]} */
+let agents = [];
+
+async function loadAgents() {
+  try {
+    const res = await api('GET', '/api/v1/agents?perPage=1000');
+    /** @type {Agent[]} */
+    const list = await res.json();
+    agents = list.sort((a, b) => a.name.localeCompare(b.name));
+    const online = agents.filter((a) => a.status !== 'offline').length;
+    ui.agentsState.textContent = `${online} of ${agents.length} online · refreshed ${formatTime(Date.now())}`;
+    renderAgents();
+  } catch (err) {
+    // Polled every 5 s: said beside the table rather than in a message each time.
+    if (!(err instanceof ApiError && err.status === 401)) {
+      ui.agentsState.textContent = `refresh failed: ${err instanceof Error ? err.message : String(err)}`;
+    }
+  }
+}
+
+/** @param {Agent} a @returns {Cell[]} */
+function agentCells(a) {
+  const state = agentState(a);
+  const seen = formatAgo(a.lastSeen);
+  const isBusy = busy.has(a.id);
+  return [
+    [
+      JSON.stringify([a.name, a.hostname]),
+      () => {
+        const host = a.hostname && a.hostname !== a.name ? [el('div', 'id', a.hostname)] : [];
+        return [el('div', 'name', a.name), ...host];
+      },
+      'task',
+    ],
+    [state, () => [badge(state, state)]],
+    [`${a.runningTasks.length}/${a.slots}`, () => [`${a.runningTasks.length} / ${a.slots}`], 'num'],
+    [JSON.stringify(a.labels), () => a.labels.map((l) => el('span', 'chip', l))],
+    [
+      JSON.stringify([a.transcoder?.version, a.transcoderError]),
+      () =>
+        a.transcoder
+          ? [el('span', '', a.transcoder.version || a.transcoder.path)]
+          : [el('span', 'task-error', a.transcoderError || 'no transcoder')],
+    ],
+    [a.version, () => [a.version]],
+    [
+      `${seen}|${a.lastSeen}`,
+      () => {
+        const s = el('span', '', seen);
+        if (a.lastSeen > 0) s.title = new Date(a.lastSeen).toLocaleString();
+        return [s];
+      },
+      'time',
+    ],
+    [
+      JSON.stringify([a.paused, isBusy]),
+      () => [button(a.paused ? 'Resume' : 'Pause', () => setPaused(a.id, !a.paused), { disabled: isBusy })],
+      'actions',
+    ],
+  ];
+}
+
+function renderAgents() {
+  syncRows(ui.agentRows, agentRows, agents, (a) => a.id, agentCells);
+  ui.agentsEmpty.hidden = agents.length > 0;
+}
+
+/** @param {string} id @param {boolean} paused */
+async function setPaused(id, paused) {
+  const a = agents.find((x) => x.id === id);
+  if (!a || busy.has(id)) return;
+  busy.add(id);
+  renderAgents();
+  try {
+    /** @type {Agent} */
+    const updated = await (
+      await api('PATCH', `/api/v1/agents/${encodeURIComponent(id)}`, { body: { paused } })
+    ).json();
+    agents = agents.map((x) => (x.id === id ? updated : x));
+  } catch (err) {
+    report(err, `${paused ? 'Pause' : 'Resume'} “${a.name}”`);
+  } finally {
+    busy.delete(id);
+    renderAgents();
+  }
+}
+
+// --- the event stream ------------------------------------------------------------------------------
+// Read with fetch, not EventSource, which cannot send the Authorization header. Reconnects with backoff
+// and resumes with Last-Event-ID; the server's first message, `ready`, says whether it could.
+
+const parser = new SseParser();
+/** @type {AbortController | null} */
+let stream = null;
+let failures = 0;
+let reconnectTimer = 0;
+let stallTimer = 0;
+
+function stopEvents() {
+  clearTimeout(reconnectTimer);
+  clearTimeout(stallTimer);
+  const s = stream;
+  stream = null;
+  s?.abort();
+}
+
+async function connectEvents() {
+  stopEvents();
+  const ctrl = new AbortController();
+  stream = ctrl;
+  parser.reset();
+  setConnection(failures > 0 ? 'reconnecting…' : 'connecting…', 'wait');
+  const stalled = () => {
+    clearTimeout(stallTimer);
+    stallTimer = window.setTimeout(() => ctrl.abort(), STALL_MS);
+  };
+  let why = 'the stream ended';
+  try {
+    /** @type {Record<string, string>} */
+    const headers = parser.lastEventId ? { 'Last-Event-ID': parser.lastEventId } : {};
+    const res = await api('GET', EVENTS_URL, { headers, signal: ctrl.signal });
+    if (!res.body) throw new Error('no response body');
+    const reader = res.body.getReader();
+    stalled();
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      stalled();
+      for (const m of parser.push(value)) onMessage(m);
+    }
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 401) return; // waits for a token
+    why = err instanceof Error && err.name !== 'AbortError' ? err.message : 'no data for 45 s';
+  }
+  if (stream !== ctrl) return; // stopped, or replaced by a new connection
+  clearTimeout(stallTimer);
+  const delay = reconnectDelay(failures++, parser.retry, Math.random());
+  setConnection(`disconnected (${why}); retrying in ${Math.ceil(delay / 1000)} s`, 'off');
+  reconnectTimer = window.setTimeout(connectEvents, delay);
+}
+
+/** @param {import('./logic.js').SseMessage} m */
+function onMessage(m) {
+  if (m.event === 'ready') {
+    failures = 0;
+    setConnection('live', 'live');
+    let ready;
+    try {
+      ready = JSON.parse(m.data);
+    } catch {
+      ready = {};
+    }
+    // Not resumed (a first connection, or missed events the server no longer has): reload the list.
+    if (ready?.resumed !== true) loadTasks();
+    return;
+  }
+  const e = parseTaskEvent(m);
+  if (e) onTaskEvent(e);
+}
+
+// --- wiring ----------------------------------------------------------------------------------------
+
+function updateTokenButton() {
+  ui.forgetToken.hidden = token() === '';
+}
+
+function start() {
+  needsToken = false;
+  ui.auth.hidden = true;
+  updateTokenButton();
+  loadTasks();
+  loadAgents();
+  connectEvents();
+}
+
+ui.auth.addEventListener('submit', (e) => {
+  e.preventDefault(); // never submitted: the token must not end up in a URL
+  const value = ui.authToken.value.trim();
+  if (value === '') return;
+  sessionStorage.setItem(TOKEN_KEY, value);
+  ui.authToken.value = '';
+  start();
+});
+ui.forgetToken.addEventListener('click', () => {
+  sessionStorage.removeItem(TOKEN_KEY);
+  start();
+});
+byId('message-close').addEventListener('click', () => {
+  ui.message.hidden = true;
+});
+ui.statusFilter.addEventListener('change', () => {
+  const value = ui.statusFilter.value;
+  query.statuses = value === '' ? [] : value.split(',');
+  query.page = 0;
+  loadTasks();
+});
+ui.pagePrev.addEventListener('click', () => {
+  query.page = Math.max(0, view.page - 1);
+  loadTasks();
+});
+ui.pageNext.addEventListener('click', () => {
+  query.page = view.page + 1;
+  loadTasks();
+});
+byId('logs-refresh').addEventListener('click', () => refreshLogs());
+byId('logs-close').addEventListener('click', () => {
+  logsTask = null;
+  ui.logs.hidden = true;
+  ui.logsText.textContent = '';
+});
+
+setInterval(() => {
+  if (!document.hidden && !needsToken) loadAgents();
+}, AGENT_POLL_MS);
+setInterval(() => {
+  if (!document.hidden && !needsToken && logsTask && isOpenStatus(logsTask.status)) refreshLogs();
+}, LOGS_FOLLOW_MS);
+document.addEventListener('visibilitychange', () => {
+  if (!document.hidden && !needsToken) loadAgents();
+});
+
+start();
