@@ -256,6 +256,7 @@ export class FleetAgent {
   /** First SIGTERM: stop claiming, let running tasks finish, then leave. */
   async drain(): Promise<void> {
     this.#startDraining();
+    if (this.#refusedCode !== undefined) this.#stopRefusedRuns(this.#refusedCode);
     this.#applyWatch([]);
     // A claim the control plane granted just before the signal: its tasks are ours (RUNNING on the
     // control plane) and run like the others; leaving before its answer would strand them until their
@@ -286,9 +287,12 @@ export class FleetAgent {
   }
 
   /**
-   * The broker refused this agent's login (again). If it has runs, they are stopped (killed at once, their
-   * partial output kept) just before their leases can have run out: the control plane, which hears
-   * nothing from this box, then hands the tasks to other agents, which write the same paths.
+   * The broker refused this agent's login (again). If it has runs, they are handed back (killed at once,
+   * their partial output kept) just before their leases can have run out: the control plane, which hears
+   * nothing from this box, then gives the tasks to other agents, which write the same paths. Handed
+   * back, not canceled: if the agent gets in again before that, its report puts each task back in the
+   * queue (a cancel would end it for good). Draining (SIGTERM), it does not wait for them: their results
+   * could not reach the control plane.
    */
   #brokerRefused(code: number): void {
     this.#refusedCode = code;
@@ -296,28 +300,33 @@ export class FleetAgent {
     this.#disconnectedAt ??= performance.now();
     const since = this.#disconnectedAt;
     const leaseMs = Math.min(...[...this.#runs.values()].map((r) => r.claimed.leaseTtlMs));
-    const waitMs = Math.max(
-      0,
-      since + leaseMs - this.#cfg.heartbeatMs - REFUSED_STOP_MARGIN_MS - performance.now(),
-    );
+    const waitMs = this.#draining
+      ? 0
+      : Math.max(0, since + leaseMs - this.#cfg.heartbeatMs - REFUSED_STOP_MARGIN_MS - performance.now());
     this.#refusedTimer = setTimeout(() => {
       this.#refusedTimer = undefined;
-      if (this.#session?.connected) return;
-      const runs = [...this.#runs.values()].filter((r) => r.keepsOutput === undefined);
-      if (runs.length === 0) return;
-      this.#log.error(
-        { code, tasks: runs.map((r) => r.claimed.task.id), leaseTtlMs: leaseMs },
-        'the broker keeps refusing this agent while it runs tasks: their leases run out and the control plane hands them to other agents; stopping them now (partial output kept)',
-      );
-      for (const r of runs) {
-        r.keepsOutput = 'the broker refused this agent for as long as its lease lasts';
-        clearTimeout(r.giveUpTimer);
-        // Killed at once, whether running or already stopping (an operator's cancel in its grace).
-        if (!r.abort.signal.aborted) r.abort.abort(FENCED_OUT);
-        r.killNow.abort();
-      }
+      this.#stopRefusedRuns(code);
     }, waitMs);
     this.#refusedTimer.unref();
+  }
+
+  #stopRefusedRuns(code: number): void {
+    if (this.#session?.connected) return;
+    const runs = [...this.#runs.values()].filter((r) => r.keepsOutput === undefined);
+    if (runs.length === 0) return;
+    this.#log.error(
+      { code, tasks: runs.map((r) => r.claimed.task.id) },
+      this.#draining
+        ? 'the broker refuses this agent, so its tasks cannot finish for the control plane: handing them back now (partial output kept)'
+        : 'the broker keeps refusing this agent while it runs tasks: their leases run out and the control plane gives them to other agents; handing them back now (partial output kept)',
+    );
+    for (const r of runs) {
+      r.keepsOutput = 'the broker refused this agent, and the task goes to another attempt';
+      clearTimeout(r.giveUpTimer);
+      // An operator's cancel in its grace stays a cancel; anything else goes back to the queue.
+      if (!r.abort.signal.aborted) this.#handBackRun(r);
+      r.killNow.abort(); // at once: no trailer written into a path that may be the next attempt's
+    }
   }
 
   #handBackRun(r: Run): void {

@@ -181,7 +181,7 @@ describe('FFLEET_AGENT_AUTH=per-agent end to end', () => {
 });
 
 describe('an agent the broker stops letting in while it runs a task', () => {
-  it('stops the task before its lease can run out, so it never writes beside the attempt that replaces it', async () => {
+  it('hands the task back before its lease can run out, so it never writes beside the attempt that replaces it', async () => {
     const data = join(dir, 'data-switch');
     const port = await findFreePort();
     const mqttPort = await findFreePort();
@@ -202,19 +202,23 @@ describe('an agent the broker stops letting in while it runs a task', () => {
     // The control plane in shared mode, and a box still on the fleet's token.
     let cp = await startCp({});
     const fleetToken = readFileSync(join(data, 'agent-token'), 'utf8').trim();
-    const box = spawnFfleet(
-      'agent',
-      {
-        FFLEET_DATA_DIR: join(dir, 'box-old'),
-        FFLEET_AGENT_NAME: 'enc-old',
-        FFLEET_AGENT_TOKEN: fleetToken,
-        FFLEET_HEARTBEAT_MS: '2000',
-        MQTT_URL: `mqtt://127.0.0.1:${mqttPort}`,
-        LOG_LEVEL: 'info',
-      },
-      'enc-old',
-    );
-    procs.push(box);
+    const startBox = (token: string) => {
+      const p = spawnFfleet(
+        'agent',
+        {
+          FFLEET_DATA_DIR: join(dir, 'box-old'),
+          FFLEET_AGENT_NAME: 'enc-old',
+          FFLEET_AGENT_TOKEN: token,
+          FFLEET_HEARTBEAT_MS: '2000',
+          MQTT_URL: `mqtt://127.0.0.1:${mqttPort}`,
+          LOG_LEVEL: 'info',
+        },
+        'enc-old',
+      );
+      procs.push(p);
+      return p;
+    };
+    const box = startBox(fleetToken);
     await box.waitUntil(async () => (await api.getAgent('enc-old'))?.status === 'online', 60_000, 'online');
     const input = await makeTestVideo(join(dir, 'media'), 'long.mp4', 30);
     const output = join(dir, 'out', 'switch.mp4');
@@ -230,7 +234,10 @@ describe('an agent the broker stops letting in while it runs a task', () => {
     // The operator switches to per-agent before giving this box its own token.
     await cp.terminate();
     cp = await startCp({ FFLEET_AGENT_AUTH: 'per-agent' });
-    await box.waitForOutput(/the broker keeps refusing this agent while it runs tasks/, 30_000);
+    await box.waitForOutput(
+      /the broker keeps refusing this agent while it runs tasks: .*handing them back now/,
+      30_000,
+    );
     await waitFor(() => processesMatching(output).length === 0, 5_000, 'the transcoder gone');
     // The control plane has not handed the task on yet: the lease had not run out when the box stopped.
     const meanwhile = await api.getTask(task.id);
@@ -246,5 +253,18 @@ describe('an agent the broker stops letting in while it runs a task', () => {
       /the broker refuses this agent, so the control plane cannot get the last reports/,
     );
     expect(box.output()).not.toContain(fleetToken);
+
+    // The operator gives the box its own token, quickly: its hand-back reaches the control plane while the
+    // lease still holds, and the task goes back to the queue and runs again (a cancel would have ended it).
+    const own = startBox(agentTokenFor(fleetToken, 'enc-old'));
+    const next = await api.waitForTask(
+      task.id,
+      (t) => t.attempt === 2 || t.status.startsWith('DONE_'),
+      60_000,
+    );
+    expect(next).toMatchObject({ attempt: 2, agent: { name: 'enc-old' } });
+    expect(['RUNNING', 'DONE_SUCCESSFUL']).toContain(next.status);
+    await api.request('PATCH', `/api/v1/tasks/${task.id}/cancel`);
+    await own.terminate();
   }, 240_000);
 });

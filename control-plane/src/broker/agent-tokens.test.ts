@@ -54,8 +54,9 @@ describe('agent tokens on the embedded broker', () => {
       await logsIn(url, 'ffleet-control-plane', agentTokenFor(FLEET_TOKEN, 'ffleet-control-plane')),
     ).toBe(false);
     expect(await logsIn(url, 'ffleet-control-plane', FLEET_TOKEN)).toBe(false);
-    // A box retrying with backoff is logged once a minute, not at every attempt.
+    // A box retrying with backoff is logged once a minute, not at every attempt; a new reason is logged.
     for (let i = 0; i < 3; i++) expect(await logsIn(url, 'encode-03', FLEET_TOKEN)).toBe(false);
+    expect(await logsIn(url, 'encode-03', 'wrong')).toBe(false);
 
     const refusals = records.filter((r) => String(r.msg).startsWith('connection refused'));
     expect(refusals.map((r) => [r.username, r.msg])).toEqual([
@@ -73,6 +74,7 @@ describe('agent tokens on the embedded broker', () => {
       ],
       // No hint naming the control plane's own user as an agent to make a token for.
       ['ffleet-control-plane', 'connection refused: bad credentials'],
+      ['encode-03', 'connection refused: bad credentials'],
     ]);
     // No token ever reaches the log.
     const logged = JSON.stringify(records);

@@ -62,7 +62,7 @@ export class EmbeddedBroker {
   private aedes: Aedes | null = null;
   private server: Server | null = null;
   private readonly sockets = new Set<Socket>();
-  /** Refused logins are logged once a minute per user name and client id (agents retry with backoff). */
+  /** Refused logins are logged once a minute per user name, client id and reason (agents retry with backoff). */
   private readonly refusalsLogged = new OncePer(60_000);
   /** Clients that authenticated as the internal user (by object, since their client id is free). */
   private internalClients = new WeakSet<Client>();
@@ -249,11 +249,9 @@ export class EmbeddedBroker {
     }
     // Never log the password; the names are what an operator needs to find the misconfigured host. A box
     // retrying with backoff is told about once a minute, not at every attempt.
-    if (this.refusalsLogged.due(`${username}\u0000${client.id}`))
-      this.logger.warn(
-        { client: client.id, username },
-        `connection refused: ${this.refusalReason(username, password)}`,
-      );
+    const reason = this.refusalReason(username, password);
+    if (this.refusalsLogged.due(`${username}\u0000${client.id}\u0000${reason}`))
+      this.logger.warn({ client: client.id, username }, `connection refused: ${reason}`);
     const err = new Error('bad username or password') as AuthenticateError;
     err.returnCode = BAD_CREDENTIALS as AuthenticateError['returnCode'];
     done(err, null);
