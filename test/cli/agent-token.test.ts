@@ -181,15 +181,19 @@ describe('FFLEET_AGENT_AUTH=per-agent end to end', () => {
 });
 
 describe('an agent the broker stops letting in while it runs a task', () => {
-  it('hands the task back before its lease can run out, so it never writes beside the attempt that replaces it', async () => {
-    const data = join(dir, 'data-switch');
+  /**
+   * A control plane in shared mode (lease `leaseMs`), a box on the fleet's token running a `-re` task
+   * that only it may run, then the control plane restarted with FFLEET_AGENT_AUTH=per-agent.
+   */
+  async function switchUnderRunningTask(name: string, leaseMs: number) {
+    const data = join(dir, `data-${name}`);
     const port = await findFreePort();
     const mqttPort = await findFreePort();
     const cpEnv = {
       FFLEET_DATA_DIR: data,
       PORT: String(port),
       MQTT_PORT: String(mqttPort),
-      FFLEET_LEASE_TTL_MS: '8000',
+      FFLEET_LEASE_TTL_MS: String(leaseMs),
       LOG_LEVEL: 'info',
     };
     const api = new ApiClient(`http://127.0.0.1:${port}`);
@@ -199,41 +203,44 @@ describe('an agent the broker stops letting in while it runs a task', () => {
       await p.waitUntil(async () => (await api.health()) !== null, 90_000, '/health');
       return p;
     };
-    // The control plane in shared mode, and a box still on the fleet's token.
-    let cp = await startCp({});
+    const cp = await startCp({});
     const fleetToken = readFileSync(join(data, 'agent-token'), 'utf8').trim();
     const startBox = (token: string) => {
       const p = spawnFfleet(
         'agent',
         {
-          FFLEET_DATA_DIR: join(dir, 'box-old'),
-          FFLEET_AGENT_NAME: 'enc-old',
+          FFLEET_DATA_DIR: join(dir, `box-${name}`),
+          FFLEET_AGENT_NAME: name,
           FFLEET_AGENT_TOKEN: token,
           FFLEET_HEARTBEAT_MS: '2000',
           MQTT_URL: `mqtt://127.0.0.1:${mqttPort}`,
           LOG_LEVEL: 'info',
         },
-        'enc-old',
+        name,
       );
       procs.push(p);
       return p;
     };
     const box = startBox(fleetToken);
-    await box.waitUntil(async () => (await api.getAgent('enc-old'))?.status === 'online', 60_000, 'online');
+    await box.waitUntil(async () => (await api.getAgent(name))?.status === 'online', 60_000, 'online');
     const input = await makeTestVideo(join(dir, 'media'), 'long.mp4', 30);
-    const output = join(dir, 'out', 'switch.mp4');
+    const output = join(dir, 'out', `${name}.mp4`);
     const task = await api.createTask({
       command: REALTIME,
       inputFile: input,
       outputFile: output,
-      requires: ['agent:enc-old'],
+      requires: [`agent:${name}`],
     });
     await api.waitForTask(task.id, isEncoding, 60_000);
     expect(processesMatching(output)).toHaveLength(1);
-
     // The operator switches to per-agent before giving this box its own token.
     await cp.terminate();
-    cp = await startCp({ FFLEET_AGENT_AUTH: 'per-agent' });
+    await startCp({ FFLEET_AGENT_AUTH: 'per-agent' });
+    return { api, box, startBox, fleetToken, task, output };
+  }
+
+  it('hands the task back before its lease can run out, so it never writes beside the attempt that replaces it', async () => {
+    const { api, box, startBox, fleetToken, task, output } = await switchUnderRunningTask('enc-old', 8000);
     await box.waitForOutput(
       /the broker keeps refusing this agent while it runs tasks: .*handing them back now/,
       30_000,
@@ -266,5 +273,21 @@ describe('an agent the broker stops letting in while it runs a task', () => {
     expect(['RUNNING', 'DONE_SUCCESSFUL']).toContain(next.status);
     await api.request('PATCH', `/api/v1/tasks/${task.id}/cancel`);
     await own.terminate();
+  }, 240_000);
+
+  it('stopped while refused, hands its running task back at once instead of waiting for it', async () => {
+    // A 30 s lease: the box would otherwise run on for ~25 s before handing the task back.
+    const { box, output } = await switchUnderRunningTask('enc-term', 30_000);
+    await box.waitForOutput(/broker refused this agent/, 30_000);
+    expect(processesMatching(output)).toHaveLength(1);
+    const t0 = Date.now();
+    box.signal('SIGTERM');
+    expect(await box.exited).toEqual({ code: 0, signal: null });
+    expect(Date.now() - t0).toBeLessThan(10_000);
+    expect(box.output()).toMatch(
+      /the broker refuses this agent, so its tasks cannot finish for the control plane/,
+    );
+    expect(processesMatching(output)).toEqual([]);
+    expect(existsSync(output)).toBe(true);
   }, 240_000);
 });
