@@ -115,6 +115,7 @@ let needsToken = false;
 function askForToken(reason) {
   needsToken = true;
   stopEvents();
+  clearData();
   setConnection('waiting for an API token', 'off');
   ui.authReason.textContent = token() ? `The saved token was refused: ${reason}.` : `${reason}.`;
   ui.auth.hidden = false;
@@ -184,7 +185,7 @@ async function loadTasks() {
     const tasks = await res.json();
     const total = Number(res.headers.get('X-Total') ?? tasks.length);
     if (seq !== loadSeq) return; // a newer load is on its way
-    if (want.page > 0 && tasks.length === 0 && total > 0) {
+    if (want.page > 0 && tasks.length === 0) {
       query.page = Math.max(0, Math.ceil(total / PER_PAGE) - 1); // the page emptied: show the last one
       return void loadTasks();
     }
@@ -223,7 +224,10 @@ function onTaskEvent(e) {
     view = r.view;
     renderTasks();
   }
-  if (r.resync && !pending) scheduleResync();
+  // A later page emptied by deletions (or tasks leaving the filter): load again, which moves to the last
+  // page that has tasks.
+  const emptied = view.page > 0 && view.tasks.length === 0;
+  if ((r.resync || emptied) && !pending) scheduleResync();
   if (logsTask?.id === e.task.id) onLogsTaskEvent(e);
 }
 
@@ -469,7 +473,10 @@ function agentCells(a) {
       },
       'task',
     ],
-    [state, () => [badge(state, state)]],
+    [
+      JSON.stringify([state, a.paused]),
+      () => [badge(state, a.paused && state !== 'paused' ? `${state} · paused` : state)],
+    ],
     [`${a.runningTasks.length}/${a.slots}`, () => [`${a.runningTasks.length} / ${a.slots}`], 'num'],
     [JSON.stringify(a.labels), () => a.labels.map((l) => el('span', 'chip', l))],
     [
@@ -597,6 +604,22 @@ function onMessage(m) {
 
 // --- wiring ----------------------------------------------------------------------------------------
 
+function closeLogs() {
+  logsTask = null;
+  ui.logs.hidden = true;
+  ui.logsText.textContent = '';
+}
+
+/** Forget every task, agent and log line shown (a refused or forgotten token must not leave them up). */
+function clearData() {
+  view = { tasks: [], total: 0, statuses: view.statuses, page: 0, perPage: PER_PAGE };
+  renderTasks();
+  agents = [];
+  renderAgents();
+  closeLogs();
+  ui.message.hidden = true;
+}
+
 function updateTokenButton() {
   ui.forgetToken.hidden = token() === '';
 }
@@ -620,6 +643,8 @@ ui.auth.addEventListener('submit', (e) => {
 });
 ui.forgetToken.addEventListener('click', () => {
   sessionStorage.removeItem(TOKEN_KEY);
+  // What the token let this tab see goes with it (the next load asks for a token if one is needed).
+  clearData();
   start();
 });
 byId('message-close').addEventListener('click', () => {
@@ -640,11 +665,7 @@ ui.pageNext.addEventListener('click', () => {
   loadTasks();
 });
 byId('logs-refresh').addEventListener('click', () => refreshLogs());
-byId('logs-close').addEventListener('click', () => {
-  logsTask = null;
-  ui.logs.hidden = true;
-  ui.logsText.textContent = '';
-});
+byId('logs-close').addEventListener('click', closeLogs);
 
 setInterval(() => {
   if (!document.hidden && !needsToken) loadAgents();
