@@ -1,10 +1,9 @@
-import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { AGENT_ID_RE } from '@ffleet/shared';
 import { Command, CommanderError } from 'commander';
 import { AGENT_ENV_VARS, AgentConfigError, parseAgentConfig } from '../agent/src/config.ts';
 import type { FleetAgent } from '../agent/src/fleet-agent.ts';
-import { agentTokenFor, agentTokenPath } from '../control-plane/src/agent-token.ts';
+import { agentTokenFor, agentTokenPath, readKeptAgentToken } from '../control-plane/src/agent-token.ts';
 import {
   CONTROL_PLANE_ENV_VARS,
   ConfigError,
@@ -168,9 +167,10 @@ function printAgentToken(name: string): void {
   }
   let fleetToken = process.env.FFLEET_AGENT_TOKEN;
   if (!fleetToken) {
-    const file = agentTokenPath(resolve(process.env.FFLEET_DATA_DIR || './data'));
+    const dataDir = resolve(process.env.FFLEET_DATA_DIR || './data');
+    const file = agentTokenPath(dataDir);
     try {
-      fleetToken = readFileSync(file, 'utf8').trim();
+      fleetToken = readKeptAgentToken(dataDir);
     } catch (err) {
       const why = (err as NodeJS.ErrnoException).code === 'ENOENT' ? 'not found' : (err as Error).message;
       exitInvalid([

@@ -6,6 +6,13 @@ import { AGENT_ID_RE, makeDirectory } from '@ffleet/shared';
 /** The file (0600) in the data dir that keeps a generated agent token across restarts. */
 export const agentTokenPath = (dataDir: string): string => join(dataDir, 'agent-token');
 
+/**
+ * The token kept in the data dir, trimmed ('' for an empty file). Throws the file system's error (ENOENT
+ * when there is none). The control plane, `ffleet agent-token` and the start-up check read it here.
+ */
+export const readKeptAgentToken = (dataDir: string): string =>
+  readFileSync(agentTokenPath(dataDir), 'utf8').trim();
+
 /** FFLEET_AGENT_TOKEN if set, else the token kept in the data dir (generated on first start). */
 export async function loadAgentToken(
   dataDir: string,
@@ -16,7 +23,7 @@ export async function loadAgentToken(
   if (existsSync(file)) {
     let kept: string;
     try {
-      kept = readFileSync(file, 'utf8').trim();
+      kept = readKeptAgentToken(dataDir);
     } catch (err) {
       throw new Error(`cannot read the agent token file ${file}: ${(err as Error).message}`);
     }
@@ -39,7 +46,7 @@ export async function loadAgentToken(
 export function keptTokenDiffers(dataDir: string, configured: string | undefined): boolean {
   if (!configured) return false;
   try {
-    const kept = readFileSync(agentTokenPath(dataDir), 'utf8').trim();
+    const kept = readKeptAgentToken(dataDir);
     return kept !== '' && kept !== configured;
   } catch {
     return false;
