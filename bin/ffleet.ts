@@ -138,7 +138,7 @@ async function runControlPlane(withLocalAgent: boolean): Promise<void> {
   }
   // An IPv6 address goes in brackets in a URL (http://[::1]:3000).
   const origin = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${cp.httpPort}`;
-  logger.info({ url: origin, docs: `${origin}/api/v1/docs` }, 'ffleet is ready');
+  logger.info({ url: origin, dashboard: `${origin}/ui`, docs: `${origin}/api/v1/docs` }, 'ffleet is ready');
   onSignals(
     logger,
     async () => {

@@ -72,6 +72,10 @@ describe('all-in-one (ffleet start)', () => {
     expect(existsSync(output)).toBe(true);
     expect(await api.taskLogs(task.id)).toContain('in.mp4');
 
+    // The start line tells the operator where the dashboard and the API reference are.
+    expect(proc?.output()).toMatch(
+      /"dashboard":"http:\/\/127\.0\.0\.1:\d+\/ui","docs":"http:\/\/127\.0\.0\.1:\d+\/api\/v1\/docs","msg":"ffleet is ready"/,
+    );
     await proc?.terminate();
     expect(await proc?.exited).toEqual({ code: 0, signal: null });
     // Every log line of the run (control plane and local agent: session, runner, outbox…) names each key
