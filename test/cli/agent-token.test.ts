@@ -14,7 +14,7 @@ import { ENCODE, isEncoding, REALTIME } from '../fleet/support/fixtures.ts';
 import {
   type ChildProcessHandle,
   findFreePort,
-  OWN_VARS,
+  inheritedEnv,
   processesMatching,
   REPO_ROOT,
   spawnFfleet,
@@ -29,7 +29,7 @@ afterAll(async () => {
 });
 
 function agentToken(args: string[], env: Record<string, string> = {}) {
-  const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !OWN_VARS.test(k)));
+  const base = inheritedEnv();
   const r = spawnSync(process.execPath, [join(REPO_ROOT, 'bin/ffleet.js'), 'agent-token', ...args], {
     cwd: REPO_ROOT,
     env: { ...base, ...env },
@@ -58,7 +58,7 @@ describe('ffleet agent-token', () => {
       stdout: `${agentTokenFor('set-fleet-token', '-odd.name_')}\n`,
     });
     // As the README runs it: `npm run -s agent-token -- <name>` prints the token alone.
-    const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !OWN_VARS.test(k)));
+    const base = inheritedEnv();
     const npm = spawnSync('npm', ['run', '-s', 'agent-token', '--', 'encode-02'], {
       cwd: REPO_ROOT,
       env: { ...base, FFLEET_AGENT_TOKEN: 'set-fleet-token' },

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { waitFor } from '../fleet/support/media.ts';
-import { descendantPids, findFreePort, OWN_VARS, REPO_ROOT } from '../fleet/support/processes.ts';
+import { descendantPids, findFreePort, inheritedEnv, REPO_ROOT } from '../fleet/support/processes.ts';
 
 /** Alive and not a zombie. */
 function alive(pid: number): boolean {
@@ -42,7 +42,7 @@ describe.skipIf(process.env.FFLEET_CI_PASS === 'services')('npm run scripts', ()
 
   it('npm start hands SIGTERM to ffleet, which stops and leaves nothing running', async () => {
     const port = await findFreePort();
-    const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !OWN_VARS.test(k)));
+    const base = inheritedEnv();
     const npm = spawn('npm', ['start', '--silent'], {
       cwd: REPO_ROOT,
       env: {

@@ -4,7 +4,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { findFreePort, OWN_VARS, REPO_ROOT } from '../fleet/support/processes.ts';
+import { findFreePort, inheritedEnv, REPO_ROOT } from '../fleet/support/processes.ts';
 
 // The same run in both CI passes (it configures nothing external): once is enough.
 describe.skipIf(process.env.FFLEET_CI_PASS === 'services')('ffleet control-plane on SIGTERM', () => {
@@ -15,7 +15,7 @@ describe.skipIf(process.env.FFLEET_CI_PASS === 'services')('ffleet control-plane
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
   it('says it shuts down without mentioning tasks it does not run, and exits 0', async () => {
-    const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !OWN_VARS.test(k)));
+    const base = inheritedEnv();
     const child = spawn(process.execPath, [join(REPO_ROOT, 'bin/ffleet.js'), 'control-plane'], {
       cwd: REPO_ROOT,
       env: {

@@ -8,14 +8,14 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { AGENT_ENV_VARS } from '../../agent/src/config.ts';
 import { CONTROL_PLANE_ENV_VARS } from '../../control-plane/src/config/config.ts';
 import { openDatabase } from '../../control-plane/src/db/client.ts';
-import { findFreePort, OWN_VARS, REPO_ROOT } from '../fleet/support/processes.ts';
+import { findFreePort, inheritedEnv, REPO_ROOT } from '../fleet/support/processes.ts';
 import { postgresAvailable, TEST_PG_URL } from '../helpers/db.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'ffleet-usage-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 function ffleet(args: string[], env: Record<string, string> = {}) {
-  const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !OWN_VARS.test(k)));
+  const base = inheritedEnv();
   const r = spawnSync(process.execPath, [join(REPO_ROOT, 'bin/ffleet.js'), ...args], {
     cwd: REPO_ROOT,
     env: { ...base, FFLEET_DATA_DIR: join(dir, 'data'), ...env },

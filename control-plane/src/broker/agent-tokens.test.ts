@@ -17,8 +17,11 @@ describe('agent tokens on the embedded broker', () => {
     await Promise.all(brokers.map((b) => b.stop()));
   });
 
-  async function start(agentAuth?: 'shared' | 'per-agent'): Promise<{ url: string; records: LogRecord[] }> {
-    const { logger, records } = captureLogger('warn');
+  async function start(
+    agentAuth?: 'shared' | 'per-agent',
+    level: 'warn' | 'info' = 'warn',
+  ): Promise<{ url: string; records: LogRecord[] }> {
+    const { logger, records } = captureLogger(level);
     const broker = new EmbeddedBroker({
       port: 0,
       host: '127.0.0.1',
@@ -91,18 +94,7 @@ describe('agent tokens on the embedded broker', () => {
   });
 
   it('logs at start which logins it takes', async () => {
-    const { logger, records } = captureLogger('info');
-    const broker = new EmbeddedBroker({
-      port: 0,
-      host: '127.0.0.1',
-      agentToken: FLEET_TOKEN,
-      agentAuth: 'per-agent',
-      internalUser: 'ffleet-control-plane',
-      internalToken: 'internal-token-for-the-tests',
-      logger,
-    });
-    brokers.push(broker);
-    await broker.start();
+    const { records } = await start('per-agent', 'info');
     expect(records.find((r) => r.msg === 'embedded MQTT broker listening')).toMatchObject({
       agentAuth: 'per-agent',
     });

@@ -43,9 +43,19 @@ const HEADERS = {
   'Cache-Control': 'no-cache',
 };
 
+/** Each file is read once, at its first request (they change only with the control plane's code). */
+const contents = new Map<string, Promise<Buffer>>();
+
 async function serve(file: string): Promise<Response> {
   const type = DASHBOARD_FILES[file]!;
-  return new Response(await readFile(join(DIR, file)), { headers: { ...HEADERS, 'Content-Type': type } });
+  let body = contents.get(file);
+  if (!body) {
+    body = readFile(join(DIR, file));
+    contents.set(file, body);
+    // A failed read (a file missing from a broken install) is tried again at the next request.
+    body.catch(() => contents.delete(file));
+  }
+  return new Response(new Uint8Array(await body), { headers: { ...HEADERS, 'Content-Type': type } });
 }
 
 /** Mounted at /ui by createApp; `GET /ui/` redirects to `/ui`. Public: the files hold no data. */

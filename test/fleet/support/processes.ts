@@ -14,6 +14,10 @@ const TERM_GRACE_MS = 15_000;
 /** Variables a child must not inherit from the test environment: the cluster sets its own. */
 export const OWN_VARS = /^(DATABASE_URL|MQTT_URL|MQTT_PORT|PORT|HOST|LOG_LEVEL|NODE_OPTIONS|FFLEET_.*)$/;
 
+/** This process's environment without OWN_VARS: what a child ffleet process starts from. */
+export const inheritedEnv = (): NodeJS.ProcessEnv =>
+  Object.fromEntries(Object.entries(process.env).filter(([k]) => !OWN_VARS.test(k)));
+
 /** A TCP port that was free a moment ago (bound on all interfaces, as the embedded broker does). */
 export function findFreePort(): Promise<number> {
   return new Promise((ok, fail) => {
@@ -200,10 +204,9 @@ export class ChildProcessHandle {
  * process group with `env` on top.
  */
 export function spawnFfleet(command: string, env: Record<string, string>, label: string): ChildProcessHandle {
-  const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !OWN_VARS.test(k)));
   const proc = spawn(process.execPath, [BIN, command], {
     cwd: REPO_ROOT,
-    env: { ...base, ...env },
+    env: { ...inheritedEnv(), ...env },
     detached: true,
     stdio: ['ignore', 'pipe', 'pipe'],
   });
