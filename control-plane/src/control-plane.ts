@@ -197,7 +197,8 @@ export async function startControlPlane(
     stops.push(() => mqtt.stop());
     stops.push(() => fleet.stop());
 
-    const metrics = createMetrics(database);
+    const metrics = createMetrics(database, bus);
+    stops.push(async () => metrics.stop());
     const dispatcher = new DeliveryDispatcher({
       database,
       logger,

@@ -106,7 +106,7 @@ export function buildApp(
   const app = createApp({
     ctx,
     bus,
-    metrics: createMetrics(db),
+    metrics: createMetrics(db, bus),
     version: VERSION,
     apiTokens: opts.apiTokens ?? [],
     bodyLimit: opts.bodyLimit ?? 1024 * 1024,
