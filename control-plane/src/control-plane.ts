@@ -225,6 +225,7 @@ export async function startControlPlane(
       metrics,
       version: VERSION,
       apiTokens: config.apiTokens,
+      cors: config.cors,
       bodyLimit: config.bodyLimit,
       redeliver: redeliverThrough(dispatcher),
       health: () => healthFacts(database, () => mqtt.connected),

@@ -209,9 +209,6 @@ export const UNKNOWN_ID = '00000000-0000-4000-8000-000000000000';
  * Another app over the same database and services (e.g. with API tokens or another client address):
  * building an app is cheap, a fresh database is not.
  */
-export function appVariant(
-  t: TestApp,
-  opts: { apiTokens?: string[]; remote?: () => string; bodyLimit?: number },
-) {
+export function appVariant(t: TestApp, opts: Parameters<typeof buildApp>[3]) {
   return buildApp(t.ctx, t.bus, t.db, opts);
 }

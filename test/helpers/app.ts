@@ -2,6 +2,7 @@ import { EventName } from '@ffleet/shared';
 import pino from 'pino';
 import { afterAll, beforeAll } from 'vitest';
 import { createApp } from '../../control-plane/src/api/app.ts';
+import type { CorsPolicy } from '../../control-plane/src/api/cors.ts';
 import { createMetrics } from '../../control-plane/src/api/metrics.ts';
 import { redeliverThrough } from '../../control-plane/src/api/webhooks.ts';
 import type { Database } from '../../control-plane/src/db/client.ts';
@@ -27,6 +28,8 @@ export type TestAppOptions = {
   remote?: string;
   fleet?: FleetHooks;
   bodyLimit?: number;
+  /** Cross-origin access (FFLEET_CORS_ORIGINS); none by default. */
+  cors?: CorsPolicy;
   /**
    * A global webhook for every event (to a URL nothing serves; the test app runs no dispatcher), so
    * every emitted event is stored with its delivery and tests can read it from the events table. An
@@ -49,6 +52,7 @@ export async function createTestApp(opts: TestAppOptions = {}): Promise<TestApp>
   const { app, call } = buildApp(ctx, bus, db, {
     apiTokens: opts.apiTokens,
     bodyLimit: opts.bodyLimit,
+    cors: opts.cors,
     remote: () => opts.remote ?? '127.0.0.1',
   });
   if (opts.receiveAllEvents) {
@@ -101,7 +105,7 @@ export function buildApp(
   ctx: ServiceContext,
   bus: EventBus,
   db: TestDatabase,
-  opts: { apiTokens?: string[]; remote?: () => string; bodyLimit?: number },
+  opts: { apiTokens?: string[]; remote?: () => string; bodyLimit?: number; cors?: CorsPolicy },
 ): { app: ReturnType<typeof createApp>; call: TestApp['call'] } {
   const app = createApp({
     ctx,
@@ -109,6 +113,7 @@ export function buildApp(
     metrics: createMetrics(db, bus),
     version: VERSION,
     apiTokens: opts.apiTokens ?? [],
+    cors: opts.cors,
     bodyLimit: opts.bodyLimit ?? 1024 * 1024,
     redeliver: testRedeliver(db),
     remoteAddress: opts.remote ?? (() => '127.0.0.1'),

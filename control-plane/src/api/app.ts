@@ -12,6 +12,7 @@ import { dashboard } from '../ui/dashboard.ts';
 import { agentsApi } from './agents.ts';
 import type { ApiEnv } from './app-env.ts';
 import { batchesApi } from './batches.ts';
+import { type CorsPolicy, cors } from './cors.ts';
 import { HttpError, problemBody, UnauthorizedError } from './errors.ts';
 import { eventStream } from './events-stream.ts';
 import { checkQueryText } from './http.ts';
@@ -28,6 +29,8 @@ export type AppDeps = {
   metrics: Metrics;
   version: string;
   apiTokens: string[];
+  /** Cross-origin access (FFLEET_CORS_ORIGINS); undefined: none. */
+  cors?: CorsPolicy;
   bodyLimit: number;
   redeliver: Redeliver;
   /** Extra health facts (broker, agents) from the running parts. */
@@ -124,6 +127,9 @@ export function createApp(deps: AppDeps) {
       (performance.now() - start) / 1000,
     );
   });
+
+  // Before the token check: a browser's preflight never carries the token.
+  app.use('*', cors(deps.cors));
 
   app.use('*', async (c, next) => {
     if (isPublicPath(c.req.path)) return next();

@@ -2,6 +2,7 @@ import { hostname } from 'node:os';
 import { isAbsolute, resolve } from 'node:path';
 import { envError, envNumber, SHORT_TOKEN_CHARS } from '@ffleet/shared';
 import { z } from 'zod';
+import { type CorsPolicy, parseCorsOrigins } from '../api/cors.ts';
 
 const bool = z
   .enum(['1', '0', 'true', 'false', 'yes', 'no', 'on', 'off', ''])
@@ -31,6 +32,11 @@ const EnvSchema = z.object({
   MQTT_PORT: envNumber(port.default(1883)),
   /** Comma-separated API tokens; unset → loopback clients only. */
   FFLEET_API_TOKENS: z.string().optional(),
+  /**
+   * Origins whose web pages may call the API (comma-separated, e.g. `https://mam.example.com`), or `*`
+   * (needs FFLEET_API_TOKENS); unset → no cross-origin access (api/cors.ts).
+   */
+  FFLEET_CORS_ORIGINS: z.string().optional(),
   /** Token agents present to join; generated and kept in the data dir when unset. */
   FFLEET_AGENT_TOKEN: z.string().optional(),
   /**
@@ -67,6 +73,8 @@ export type ControlPlaneConfig = {
   mqttUrl: string | undefined;
   mqttPort: number;
   apiTokens: string[];
+  /** Cross-origin access; undefined: none. */
+  cors: CorsPolicy | undefined;
   agentToken: string | undefined;
   agentAuth: 'shared' | 'per-agent';
   /** Token variables holding a token shorter than SHORT_TOKEN_CHARS: accepted, warned about at start. */
@@ -116,6 +124,14 @@ export function parseConfig(env: Record<string, string | undefined>): ControlPla
       `binding ${e.HOST} (not loopback) without FFLEET_API_TOKENS would expose the API unauthenticated; set FFLEET_API_TOKENS or HOST=127.0.0.1`,
     );
   }
+  const cors = parseCorsOrigins(e.FFLEET_CORS_ORIGINS);
+  if (!cors.ok) throw new ConfigError('FFLEET_CORS_ORIGINS', cors.error);
+  if (cors.policy?.any && apiTokens.length === 0) {
+    throw new ConfigError(
+      'FFLEET_CORS_ORIGINS',
+      '`*` without FFLEET_API_TOKENS would let any web page opened on this machine create tasks (which run scripts); set FFLEET_API_TOKENS or list the origins',
+    );
+  }
   const dataDir = isAbsolute(e.FFLEET_DATA_DIR) ? e.FFLEET_DATA_DIR : resolve(e.FFLEET_DATA_DIR);
   return {
     port: e.PORT,
@@ -126,6 +142,7 @@ export function parseConfig(env: Record<string, string | undefined>): ControlPla
     mqttUrl: e.MQTT_URL,
     mqttPort: e.MQTT_PORT,
     apiTokens,
+    cors: cors.policy,
     agentToken: e.FFLEET_AGENT_TOKEN,
     agentAuth: e.FFLEET_AGENT_AUTH,
     shortTokens,

@@ -1,0 +1,155 @@
+import { beforeAll, describe, expect, it } from 'vitest';
+import { appVariant, expectProblem, json, VALID } from '../../../test/api/support.ts';
+import { useTestApp } from '../../../test/helpers/app.ts';
+import { parseConfig } from '../config/config.ts';
+import { type CorsPolicy, parseCorsOrigins } from './cors.ts';
+
+const MAM = 'https://mam.example.com';
+const TOKEN = 'cors-test-token-0123456789abcdef';
+const auth = { Authorization: `Bearer ${TOKEN}` };
+
+const policy = (value: string): CorsPolicy => {
+  const r = parseCorsOrigins(value);
+  if (!r.ok || !r.policy) throw new Error(`no policy from ${value}`);
+  return r.policy;
+};
+
+type Api = ReturnType<typeof appVariant>;
+
+const preflight = (t: Api, path: string, origin: string, headers: Record<string, string> = {}) =>
+  t.app.request(path, {
+    method: 'OPTIONS',
+    headers: { Origin: origin, 'Access-Control-Request-Method': 'POST', ...headers },
+  });
+
+describe('FFLEET_CORS_ORIGINS', () => {
+  it('parses a list of origins as browsers serialise them, and refuses what is not one', () => {
+    const r = parseCorsOrigins(' https://MAM.example.com , http://localhost:5173,https://a.example:443 ');
+    expect(r.ok && r.policy && !r.policy.any && [...r.policy.origins]).toEqual([
+      'https://mam.example.com',
+      'http://localhost:5173',
+      'https://a.example',
+    ]);
+    expect(parseCorsOrigins(undefined)).toEqual({ ok: true, policy: undefined });
+    expect(parseCorsOrigins(' , ')).toEqual({ ok: true, policy: undefined });
+    expect(parseCorsOrigins('*')).toEqual({ ok: true, policy: { any: true } });
+    for (const bad of [
+      'https://mam.example.com/',
+      'https://mam.example.com/app',
+      'mam.example.com',
+      'ftp://mam.example.com',
+      'https://user@mam.example.com',
+      'https://mam.example.com?x=1',
+      'null',
+      `*,${MAM}`,
+    ]) {
+      expect(parseCorsOrigins(bad).ok, bad).toBe(false);
+    }
+  });
+
+  it('is validated at start: a bad entry names the variable; `*` needs API tokens', () => {
+    expect(parseConfig({ FFLEET_CORS_ORIGINS: MAM }).cors).toEqual(policy(MAM));
+    expect(parseConfig({}).cors).toBeUndefined();
+    expect(() => parseConfig({ FFLEET_CORS_ORIGINS: 'https://mam.example.com/' })).toThrow(
+      /FFLEET_CORS_ORIGINS: "https:\/\/mam.example.com\/" is not an origin/,
+    );
+    expect(() => parseConfig({ FFLEET_CORS_ORIGINS: '*' })).toThrow(
+      /FFLEET_CORS_ORIGINS: `\*` without FFLEET_API_TOKENS/,
+    );
+    expect(parseConfig({ FFLEET_CORS_ORIGINS: '*', FFLEET_API_TOKENS: TOKEN }).cors).toEqual({ any: true });
+  });
+});
+
+describe('cross-origin requests to the API', () => {
+  // One database; three apps over it (building an app is cheap, a database is not).
+  const t = useTestApp();
+  let listed: Api;
+  let none: Api;
+  let any: Api;
+  beforeAll(() => {
+    listed = appVariant(t, { apiTokens: [TOKEN], cors: policy(`${MAM},http://localhost:5173`) });
+    none = appVariant(t, { apiTokens: [TOKEN] });
+    any = appVariant(t, { apiTokens: [TOKEN], cors: policy('*') });
+  });
+
+  it('answers a listed origin’s preflight without a token, with the methods and the headers asked for', async () => {
+    const res = await preflight(listed, '/api/v1/tasks', MAM, {
+      'Access-Control-Request-Headers': 'authorization, content-type, idempotency-key',
+    });
+    expect(res.status).toBe(204);
+    expect(res.headers.get('access-control-allow-origin')).toBe(MAM);
+    expect(res.headers.get('access-control-allow-methods')).toBe('GET, HEAD, POST, PUT, PATCH, DELETE');
+    expect(res.headers.get('access-control-allow-headers')).toBe(
+      'authorization, content-type, idempotency-key',
+    );
+    expect(res.headers.get('access-control-max-age')).toBe('600');
+    expect(res.headers.get('vary')).toMatch(/Origin/);
+    expect(res.headers.get('access-control-allow-credentials')).toBeNull();
+    expect(await res.text()).toBe('');
+  });
+
+  it('lets a listed origin read answers, errors and the headers it needs; the token is still required', async () => {
+    const created = await listed.call('POST', '/api/v1/tasks', VALID.task(), { ...auth, Origin: MAM });
+    expect(created.status).toBe(201);
+    expect(created.headers.get('access-control-allow-origin')).toBe(MAM);
+    const exposed = created.headers.get('access-control-expose-headers') ?? '';
+    for (const h of ['Location', 'X-Total', 'X-Request-Id', 'Retry-After', 'Idempotent-Replayed']) {
+      expect(exposed).toContain(h);
+    }
+    expect(created.headers.get('vary')).toMatch(/Origin/);
+
+    const list = await listed.call('GET', '/api/v1/tasks', undefined, {
+      ...auth,
+      Origin: 'http://localhost:5173',
+    });
+    expect(list.headers.get('access-control-allow-origin')).toBe('http://localhost:5173');
+    expect(list.headers.get('x-total')).toBe('1');
+
+    // Without the token: refused as before, but readable by the page (it can ask for a token).
+    const refused = await listed.call('GET', '/api/v1/tasks', undefined, { Origin: MAM });
+    await expectProblem(refused, 401);
+    expect(refused.headers.get('access-control-allow-origin')).toBe(MAM);
+    const missing = await listed.call('GET', '/api/v1/no-such-route', undefined, { ...auth, Origin: MAM });
+    await expectProblem(missing, 404, 'ROUTE_NOT_FOUND');
+    expect(missing.headers.get('access-control-allow-origin')).toBe(MAM);
+  });
+
+  it('gives an origin not listed no CORS headers, and its preflight a 403 naming the variable', async () => {
+    const other = 'https://evil.example';
+    const res = await listed.call('GET', '/api/v1/tasks', undefined, { ...auth, Origin: other });
+    expect(res.status).toBe(200); // a non-browser client sending Origin is not a browser's page
+    expect(res.headers.get('access-control-allow-origin')).toBeNull();
+    const pre = await preflight(listed, '/api/v1/tasks', other);
+    await expectProblem(pre, 403, 'ORIGIN_NOT_ALLOWED');
+    expect(pre.headers.get('access-control-allow-origin')).toBeNull();
+    // A listed origin with another port or scheme is another origin.
+    for (const near of ['https://mam.example.com:8443', 'http://mam.example.com']) {
+      expect((await preflight(listed, '/api/v1/tasks', near)).status, near).toBe(403);
+    }
+  });
+
+  it('by default allows no origin at all (and says how to allow one)', async () => {
+    const pre = await preflight(none, '/api/v1/tasks', MAM);
+    const body = await expectProblem(pre, 403, 'ORIGIN_NOT_ALLOWED');
+    expect(body.detail).toMatch(/FFLEET_CORS_ORIGINS/);
+    const res = await none.call('GET', '/api/v1/tasks', undefined, { ...auth, Origin: MAM });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('access-control-allow-origin')).toBeNull();
+    expect(res.headers.get('access-control-expose-headers')).toBeNull();
+    // Same-origin requests and requests without Origin are untouched.
+    const plain = await none.call('GET', '/api/v1/tasks', undefined, auth);
+    expect(plain.headers.get('access-control-allow-origin')).toBeNull();
+  });
+
+  it('with `*` answers every origin with `*` (no credentials mode: bearer tokens only)', async () => {
+    const pre = await preflight(any, '/api/v1/tasks', 'https://anything.example');
+    expect(pre.status).toBe(204);
+    expect(pre.headers.get('access-control-allow-origin')).toBe('*');
+    const res = await any.call('GET', '/api/v1/version', undefined, {
+      ...auth,
+      Origin: 'https://anything.example',
+    });
+    expect(res.headers.get('access-control-allow-origin')).toBe('*');
+    expect(await json(res)).toHaveProperty('version');
+  });
+});
