@@ -208,7 +208,7 @@ export async function startControlPlane(
     });
     await dispatcher.start();
     stops.push(() => dispatcher.stop());
-    const retention = new RetentionSweeper({ database, logger });
+    const retention = new RetentionSweeper({ database, logger, executionsMs: config.executionRetentionMs });
     retention.start();
     stops.push(() => retention.stop());
     // PGlite has no checkpointer process: without this its WAL grows until restart (a no-op on PostgreSQL).

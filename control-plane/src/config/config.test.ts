@@ -47,6 +47,19 @@ describe('parseConfig', () => {
     expect(parseConfig({}).shortTokens).toEqual([]);
   });
 
+  it('FFLEET_EXECUTION_RETENTION_DAYS: 30 days by default, 0 keeps delivery attempts forever', () => {
+    expect(parseConfig({}).executionRetentionMs).toBe(30 * 86_400_000);
+    expect(parseConfig({ FFLEET_EXECUTION_RETENTION_DAYS: '90' }).executionRetentionMs).toBe(90 * 86_400_000);
+    expect(parseConfig({ FFLEET_EXECUTION_RETENTION_DAYS: '0' }).executionRetentionMs).toBe(
+      Number.POSITIVE_INFINITY,
+    );
+    for (const bad of ['-1', '1.5', 'forever']) {
+      expect(() => parseConfig({ FFLEET_EXECUTION_RETENTION_DAYS: bad }), bad).toThrow(
+        /^invalid configuration: FFLEET_EXECUTION_RETENTION_DAYS: /,
+      );
+    }
+  });
+
   it('FFLEET_AGENT_AUTH: shared by default, per-agent on request, anything else named', () => {
     expect(parseConfig({}).agentAuth).toBe('shared');
     expect(parseConfig({ FFLEET_AGENT_AUTH: 'per-agent' }).agentAuth).toBe('per-agent');

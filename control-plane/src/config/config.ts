@@ -55,6 +55,8 @@ const EnvSchema = z.object({
    * before 1.21), where a prepared statement may not exist on the next transaction's server connection.
    */
   FFLEET_PG_PREPARE: bool.default(true),
+  /** Days webhook delivery attempts (`/webhooks/executions`) are kept; 0 keeps them forever. */
+  FFLEET_EXECUTION_RETENTION_DAYS: envNumber(z.coerce.number().int().min(0).max(36_500).default(30)),
   /** Largest accepted request body in bytes. */
   FFLEET_BODY_LIMIT: envNumber(positiveInt.default(1024 * 1024)),
   /** pino level. */
@@ -81,6 +83,8 @@ export type ControlPlaneConfig = {
   shortTokens: string[];
   localAgent: boolean;
   webhookTimeoutMs: number;
+  /** How long delivery attempts are kept; Infinity: forever. */
+  executionRetentionMs: number;
   leaseTtlMs: number;
   bodyLimit: number;
   logLevel: string;
@@ -148,6 +152,10 @@ export function parseConfig(env: Record<string, string | undefined>): ControlPla
     shortTokens,
     localAgent: e.FFLEET_LOCAL_AGENT,
     webhookTimeoutMs: e.FFLEET_WEBHOOK_TIMEOUT_MS,
+    executionRetentionMs:
+      e.FFLEET_EXECUTION_RETENTION_DAYS === 0
+        ? Number.POSITIVE_INFINITY
+        : e.FFLEET_EXECUTION_RETENTION_DAYS * 86_400_000,
     leaseTtlMs: e.FFLEET_LEASE_TTL_MS,
     bodyLimit: e.FFLEET_BODY_LIMIT,
     logLevel: e.LOG_LEVEL,

@@ -3,7 +3,7 @@ import { count, sql } from 'drizzle-orm';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openTestDatabase, type TestDatabase } from '../../../test/helpers/db.ts';
-import { deliveries, events, idempotencyKeys } from '../db/schema.ts';
+import { deliveries, events, idempotencyKeys, webhookExecutions } from '../db/schema.ts';
 import { RetentionSweeper } from './retention.ts';
 
 describe('RetentionSweeper', () => {
@@ -61,5 +61,40 @@ describe('RetentionSweeper', () => {
     );
     expect(vacuumed!.n).toBe(db.kind === 'pglite' ? 3 : 0);
     await sweeper.stop();
+  });
+
+  it('keeps delivery attempts 30 days by default, as long as told, or forever (FFLEET_EXECUTION_RETENTION_DAYS=0)', async () => {
+    const DAY = 86_400_000;
+    const now = 1000 * DAY;
+    await db.db.delete(webhookExecutions);
+    for (const ageDays of [400, 31, 29, 1]) {
+      await db.db.insert(webhookExecutions).values({
+        id: randomUUID(),
+        deliveryId: randomUUID(),
+        source: 'global',
+        event: 'task.created',
+        url: 'http://x',
+        attempt: 1,
+        request: { method: 'POST', headers: {}, body: '' },
+        response: null,
+        success: true,
+        durationMs: 1,
+        createdAt: now - ageDays * DAY,
+      });
+    }
+    const left = async () => Number((await db.db.select({ n: count() }).from(webhookExecutions))[0]!.n);
+    const sweep = (executionsMs?: number) =>
+      new RetentionSweeper({
+        database: db,
+        logger: pino({ level: 'silent' }),
+        now: () => now,
+        ...(executionsMs === undefined ? {} : { executionsMs }),
+      }).sweep();
+    await sweep(Number.POSITIVE_INFINITY);
+    expect(await left()).toBe(4);
+    await sweep();
+    expect(await left()).toBe(2);
+    await sweep(7 * DAY);
+    expect(await left()).toBe(1);
   });
 });

@@ -11,7 +11,7 @@ export type RetentionOptions = {
   logger: Logger;
   /** Events and finished deliveries are kept this long (redelivery needs the event). */
   eventsMs?: number;
-  /** Delivery attempts (executions) are kept this long. */
+  /** Delivery attempts (executions) are kept this long (FFLEET_EXECUTION_RETENTION_DAYS); Infinity: forever. */
   executionsMs?: number;
   /** Idempotency keys answer repeats for this long (clients retry within minutes). */
   idempotencyMs?: number;
@@ -86,10 +86,12 @@ export class RetentionSweeper {
           ),
         )
         .returning({ id: events.id });
-      const x = await db
-        .delete(webhookExecutions)
-        .where(lt(webhookExecutions.createdAt, now - this.#o.executionsMs))
-        .returning({ id: webhookExecutions.id });
+      const x = Number.isFinite(this.#o.executionsMs)
+        ? await db
+            .delete(webhookExecutions)
+            .where(lt(webhookExecutions.createdAt, now - this.#o.executionsMs))
+            .returning({ id: webhookExecutions.id })
+        : [];
       const k = await db
         .delete(idempotencyKeys)
         .where(lt(idempotencyKeys.createdAt, now - this.#o.idempotencyMs))
