@@ -23,12 +23,11 @@ import {
   FENCED_OUT,
   HANDED_BACK,
   nativeSpawnStatus,
-  probeTranscoder,
   type ReportBody,
-  resolveTranscoder,
   runTask,
 } from './runner/index.ts';
 import { protectedDirs } from './runner/protected-paths.ts';
+import { findTranscoder, TranscoderSearch } from './runner/transcoder.ts';
 import { AgentSession, type BirthInfo, reportKey } from './session/agent-session.ts';
 import type { SubmitResult, WatchFile, WatchState } from './watch/watch-scanner.ts';
 import type { WatchSupervisor } from './watch/watch-supervisor.ts';
@@ -104,6 +103,11 @@ export type FleetAgentOptions = {
    * session is closed and its runs stopped. `ffleet agent` exits; the all-in-one keeps its control plane.
    */
   onRefused?: (reason: string) => void;
+  /**
+   * While no working transcoder is found, it is looked for again this often (default
+   * TRANSCODER_RETRY_MS, 10 s); tests shorten it.
+   */
+  transcoderRetryMs?: number;
 };
 
 /**
@@ -125,8 +129,11 @@ export class FleetAgent {
   readonly #bootId = randomUUID();
   #session: AgentSession | null = null;
   #watch: WatchSupervisor | null = null;
+  /** Set once the search has found a working transcoder (this agent claims only then). */
   #transcoder: { path: string; version: string; encoders: string[]; hwaccels: string[] } | null = null;
   #transcoderError = '';
+  /** Finds the transcoder, and keeps looking every few seconds while there is none that works. */
+  readonly #search: TranscoderSearch;
   #slots: number;
   #labels: string[];
   #paused = false;
@@ -184,6 +191,12 @@ export class FleetAgent {
       dir: join(this.#cfg.dataDir, `agent-${this.#cfg.name}`, 'outbox'),
       logger: this.#base,
     });
+    this.#search = new TranscoderSearch({
+      find: (signal) => findTranscoder(this.#cfg.env, { signal }),
+      logger: this.#log,
+      onChange: () => this.#transcoderChanged(),
+      retryMs: opts.transcoderRetryMs,
+    });
   }
 
   get name(): string {
@@ -211,7 +224,8 @@ export class FleetAgent {
         { reason: spawner.reason },
         "processes start through Node's spawn (native spawner not used)",
       );
-    await this.#probe();
+    // The first attempt is waited for (up to TRANSCODER_HANG_MS), so the first birth names the transcoder.
+    await this.#search.start();
     const session = new AgentSession({
       url: this.#cfg.mqttUrl,
       name: this.#cfg.name,
@@ -355,6 +369,7 @@ export class FleetAgent {
   /** Claim nothing more, ever: the claim timers and the watchfolder scans stop. */
   async #quiesce(): Promise<void> {
     this.#draining = true;
+    this.#search.stop();
     if (this.#pollTimer) clearInterval(this.#pollTimer);
     // The claim timer stays: it gives up a claim in flight, which drain and handBack wait for.
     await this.#watchLoading;
@@ -401,45 +416,18 @@ export class FleetAgent {
     await this.#outbox.stop();
   }
 
-  async #probe(): Promise<void> {
-    const resolved = await resolveTranscoder(this.#cfg.env);
-    if (!resolved.ok) {
-      this.#transcoderError = resolved.error;
-      this.#log.error({ error: resolved.error }, 'no working transcoder: this agent claims nothing');
-      return;
-    }
-    const probed = await probeTranscoder(resolved.path);
-    if (!probed.ok) {
-      this.#transcoderError = `${resolved.path}: ${probed.error}`;
-      this.#log.error(
-        { error: this.#transcoderError },
-        'transcoder does not work: this agent claims nothing',
-      );
-      return;
-    }
-    this.#transcoder = {
-      path: resolved.path,
-      version: probed.version,
-      encoders: probed.encoders,
-      hwaccels: probed.hwaccels,
-    };
-    // What is advertised beyond software encoding: the hardware that passed its probe on this box.
-    const { hardware } = probed;
-    for (const d of hardware.dropped) {
-      this.#log.debug({ [d.kind]: d.name, reason: d.reason }, 'not advertised: does not work on this box');
-    }
-    this.#log.info(
-      {
-        path: resolved.path,
-        version: probed.version,
-        source: resolved.source,
-        hardwareEncoders: hardware.hardwareEncoders,
-        hwaccels: probed.hwaccels,
-        hardwareDropped: hardware.dropped.length,
-        hardwareProbeMs: hardware.ms,
-      },
-      'transcoder ready',
-    );
+  /**
+   * The transcoder was found (an agent that started without one: it is announced, through the retained
+   * birth, and claiming begins), or the reason there is none changed (the agents API shows the new one).
+   */
+  #transcoderChanged(): void {
+    const found = this.#search.found;
+    this.#transcoder = found
+      ? { path: found.path, version: found.version, encoders: found.encoders, hwaccels: found.hwaccels }
+      : null;
+    this.#transcoderError = this.#search.error;
+    this.#session?.updateBirth();
+    this.#claim();
   }
 
   /**
@@ -450,6 +438,7 @@ export class FleetAgent {
   #startDraining(): void {
     if (this.#draining) return;
     this.#draining = true;
+    this.#search.stop();
     this.#session?.updateBirth();
   }
 

@@ -1,6 +1,7 @@
 import { constants } from 'node:fs';
 import { access, stat } from 'node:fs/promises';
 import path from 'node:path';
+import type { Logger } from 'pino';
 import {
   type EncoderRow,
   type HardwareProbeOptions,
@@ -107,6 +108,11 @@ export type ProbeTranscoderResult =
     }
   | { ok: false; error: string };
 
+export type ProbeTranscoderOptions = HardwareProbeOptions & {
+  /** Aborted: the probe commands running are stopped and the probe fails (the agent is stopping). */
+  signal?: AbortSignal;
+};
+
 /** How long each probe command may take; a healthy ffmpeg answers in milliseconds. */
 export const PROBE_TIMEOUT_MS = 10_000;
 
@@ -120,15 +126,19 @@ export const PROBE_TIMEOUT_MS = 10_000;
  */
 export async function probeTranscoder(
   transcoderPath: string,
-  hardwareOptions: HardwareProbeOptions = {},
+  options: ProbeTranscoderOptions = {},
 ): Promise<ProbeTranscoderResult> {
+  const { signal, ...hardwareOptions } = options;
   // Output is collected line by line: the encoder list is longer than a result's tail.
   const run = async (args: string[]) => {
     const lines: string[] = [];
+    const timeout = AbortSignal.timeout(PROBE_TIMEOUT_MS);
     const result = await runProcess({
       file: transcoderPath,
       args,
-      signal: AbortSignal.timeout(PROBE_TIMEOUT_MS),
+      // A process that does not exit even when killed (stuck in a driver or on a hung mount) holds the
+      // probe up until it does: probing again meanwhile would only add another such process.
+      signal: signal ? AbortSignal.any([timeout, signal]) : timeout,
       graceMs: 1000,
       onStdoutLine: (line) => lines.push(line),
     });
@@ -139,6 +149,7 @@ export async function probeTranscoder(
     run(['-hide_banner', '-encoders']),
     run(['-hide_banner', '-hwaccels']),
   ]);
+  if (signal?.aborted) return { ok: false, error: `${transcoderPath}: probe stopped` };
   for (const [label, result] of [
     ['-version', version],
     ['-encoders', encoders],
@@ -205,4 +216,219 @@ export function parseHwaccels(output: string): string[] {
 
 function errorText(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
+}
+
+/** A transcoder that resolved and passed its probe. */
+export type FoundTranscoder = {
+  path: string;
+  source: TranscoderSource;
+  version: string;
+  encoders: string[];
+  hwaccels: string[];
+  hardware: HardwareProbeResult;
+};
+
+export type FindTranscoderResult = ({ ok: true } & FoundTranscoder) | { ok: false; error: string };
+
+/** Resolve the transcoder ({@link resolveTranscoder}) and probe it ({@link probeTranscoder}). */
+export async function findTranscoder(
+  env: NodeJS.ProcessEnv,
+  opts: { signal?: AbortSignal } = {},
+): Promise<FindTranscoderResult> {
+  const resolved = await resolveTranscoder(env);
+  if (!resolved.ok) return resolved;
+  // The probe's errors start with the path.
+  const probed = await probeTranscoder(resolved.path, { signal: opts.signal });
+  if (!probed.ok) return probed;
+  const { version, encoders, hwaccels, hardware } = probed;
+  return { ok: true, path: resolved.path, source: resolved.source, version, encoders, hwaccels, hardware };
+}
+
+/**
+ * While an agent has no working transcoder it looks again this often. Agents run as services and often
+ * start before a network mount or a GPU driver is ready (FFmate looks for its ffmpeg every 10 s too).
+ */
+export const TRANSCODER_RETRY_MS = 10_000;
+/** The same failure again is logged at most this often (a different one at once). */
+export const TRANSCODER_REPEAT_LOG_MS = 60_000;
+/**
+ * A search attempt still running after this long is reported as hanging, and the agent's start stops
+ * waiting for it (the agent comes online without a transcoder and announces it once the attempt
+ * succeeds). Well above what probing takes: each probe command may take PROBE_TIMEOUT_MS and each
+ * hardware probe HW_PROBE_TIMEOUT_MS.
+ */
+export const TRANSCODER_HANG_MS = 60_000;
+
+export type TranscoderSearchOptions = {
+  /** One attempt; its errors should be stable texts (a changed text is logged at once). */
+  find: (signal: AbortSignal) => Promise<FindTranscoderResult>;
+  /** Bound to the agent by the caller. */
+  logger: Logger;
+  /** The transcoder was found, or the failure (`error`) changed: the agent announces it again. */
+  onChange: () => void;
+  /** Default {@link TRANSCODER_RETRY_MS}. */
+  retryMs?: number;
+  /** Default {@link TRANSCODER_REPEAT_LOG_MS}. */
+  repeatLogMs?: number;
+  /** Default {@link TRANSCODER_HANG_MS}. */
+  hangMs?: number;
+  /** Clock for the log throttling (ms); default `performance.now`. */
+  now?: () => number;
+};
+
+/**
+ * Finds the agent's transcoder and, while there is none that works, looks again every `retryMs`: one
+ * attempt at a time (the next one is scheduled once the last one has ended, so an attempt stuck on a
+ * hung mount or driver is never joined by another), until found or stopped. A failure is logged at
+ * error level when it starts and when it changes, and repeated at most once every `repeatLogMs`; the
+ * transcoder found is logged once, at info.
+ */
+export class TranscoderSearch {
+  readonly #o: TranscoderSearchOptions;
+  readonly #retryMs: number;
+  readonly #repeatLogMs: number;
+  readonly #hangMs: number;
+  readonly #now: () => number;
+  #found: FoundTranscoder | null = null;
+  #error = '';
+  #stopped = false;
+  #running = false;
+  #attempts = 0;
+  /** When the current streak of failures began, and when its error was last logged. */
+  #failingSince: number | undefined;
+  #loggedAt = 0;
+  #retryTimer: NodeJS.Timeout | undefined;
+  #abort: AbortController | undefined;
+  /** Ends the wait for the running attempt (start() waits for the first one; stop() ends it). */
+  #waiting: (() => void) | undefined;
+
+  constructor(opts: TranscoderSearchOptions) {
+    this.#o = opts;
+    this.#retryMs = opts.retryMs ?? TRANSCODER_RETRY_MS;
+    this.#repeatLogMs = opts.repeatLogMs ?? TRANSCODER_REPEAT_LOG_MS;
+    this.#hangMs = opts.hangMs ?? TRANSCODER_HANG_MS;
+    this.#now = opts.now ?? (() => performance.now());
+  }
+
+  /** The working transcoder, once found. */
+  get found(): FoundTranscoder | null {
+    return this.#found;
+  }
+
+  /** Why there is no working transcoder ('' once found, and before the first attempt has failed). */
+  get error(): string {
+    return this.#error;
+  }
+
+  /** Attempts started so far. */
+  get attempts(): number {
+    return this.#attempts;
+  }
+
+  /** Make the first attempt; resolves once it has ended or has run for `hangMs` (it goes on then). */
+  start(): Promise<void> {
+    return this.#attempt();
+  }
+
+  /** No attempt from now on; one running is told to stop and its result is ignored. */
+  stop(): void {
+    this.#stopped = true;
+    clearTimeout(this.#retryTimer);
+    this.#abort?.abort();
+    this.#waiting?.();
+  }
+
+  #attempt(): Promise<void> {
+    if (this.#stopped || this.#found || this.#running) return Promise.resolve();
+    this.#running = true;
+    this.#attempts++;
+    const abort = new AbortController();
+    this.#abort = abort;
+    return new Promise<void>((resolve) => {
+      let hang: NodeJS.Timeout | undefined;
+      const settled = () => {
+        clearTimeout(hang);
+        if (this.#waiting === settled) this.#waiting = undefined;
+        resolve();
+      };
+      this.#waiting = settled;
+      hang = setTimeout(() => {
+        this.#failed(
+          `the transcoder search has not finished after ${Math.round(this.#hangMs / 1000)} s (a hung network mount or GPU driver?); still waiting for it`,
+        );
+        settled();
+      }, this.#hangMs);
+      void this.#o
+        .find(abort.signal)
+        .catch((err: unknown): FindTranscoderResult => ({ ok: false, error: errorText(err) }))
+        .then((result) => {
+          this.#running = false;
+          if (this.#stopped) return;
+          if (result.ok) {
+            this.#succeeded(result);
+            return;
+          }
+          this.#retryTimer = setTimeout(() => void this.#attempt(), this.#retryMs);
+          this.#retryTimer.unref();
+          this.#failed(result.error);
+        })
+        .catch((err: unknown) => this.#o.logger.error({ err }, 'handling the transcoder search failed'))
+        .finally(settled);
+    });
+  }
+
+  #failed(error: string): void {
+    const now = this.#now();
+    const log = this.#o.logger;
+    const fields = { error, retryInS: this.#retryMs / 1000 };
+    if (this.#failingSince === undefined || error !== this.#error) {
+      const first = this.#failingSince === undefined;
+      this.#failingSince ??= now;
+      this.#error = error;
+      this.#loggedAt = now;
+      log.error(
+        first ? fields : { ...fields, failingForS: Math.round((now - this.#failingSince) / 1000) },
+        'no working transcoder: this agent claims nothing until one is found',
+      );
+      this.#o.onChange();
+      return;
+    }
+    if (now - this.#loggedAt >= this.#repeatLogMs) {
+      this.#loggedAt = now;
+      log.error(
+        { ...fields, failingForS: Math.round((now - this.#failingSince) / 1000), attempts: this.#attempts },
+        'still no working transcoder: this agent claims nothing',
+      );
+      return;
+    }
+    log.debug({ error, attempts: this.#attempts }, 'still no working transcoder');
+  }
+
+  #succeeded(found: FindTranscoderResult & { ok: true }): void {
+    const { ok: _, ...transcoder } = found;
+    const { hardware } = transcoder;
+    this.#found = transcoder;
+    this.#error = '';
+    const log = this.#o.logger;
+    // What is advertised beyond software encoding: the hardware that passed its probe on this box.
+    for (const d of hardware.dropped) {
+      log.debug({ [d.kind]: d.name, reason: d.reason }, 'not advertised: does not work on this box');
+    }
+    log.info(
+      {
+        path: transcoder.path,
+        version: transcoder.version,
+        source: transcoder.source,
+        hardwareEncoders: hardware.hardwareEncoders,
+        hwaccels: transcoder.hwaccels,
+        hardwareDropped: hardware.dropped.length,
+        hardwareProbeMs: hardware.ms,
+        ...(this.#failingSince === undefined
+          ? {}
+          : { failedForS: Math.round((this.#now() - this.#failingSince) / 1000), attempts: this.#attempts }),
+      },
+      'transcoder ready',
+    );
+    this.#o.onChange();
+  }
 }
