@@ -703,7 +703,8 @@ export class FleetAgent {
   /** Start a claimed task; `lateMs` > 0: its claim was answered that late, so it is handed back unstarted. */
   #startRun(claimed: ClaimedTask, lateMs = 0): void {
     const { task, attempt, leaseToken } = claimed;
-    if (!this.#transcoder) return;
+    // The transcoder was lost while the claim was on its way: the task goes back unstarted (below).
+    const transcoderPath = this.#transcoder?.path;
     const current = this.#runs.get(task.id);
     /** An answer delivered again (MQTT is at least once) for an attempt this process started. */
     const repeated = () =>
@@ -753,11 +754,25 @@ export class FleetAgent {
         { taskId: task.id, attempt, answeredAfterMs: Math.round(lateMs), leaseTtlMs: claimed.leaseTtlMs },
         'claim answered after its lease could have run out: handed back unstarted',
       );
-    // Claimed as a forced stop began, or answered too late: it goes straight back, nothing is started.
-    if (this.#handingBack || lateMs > 0) this.#handBackRun(run);
+    if (transcoderPath === undefined)
+      this.#log.warn(
+        { taskId: task.id, attempt },
+        'claimed with no working transcoder: handed back unstarted',
+      );
+    // Claimed as a forced stop began, answered too late, or with no transcoder: it goes straight back,
+    // nothing is started.
+    if (this.#handingBack || lateMs > 0 || transcoderPath === undefined) this.#handBackRun(run);
     run.done = runTask({
       claimed,
-      transcoderPath: this.#transcoder.path,
+      transcoderPath: transcoderPath ?? '',
+      onTranscoderLost: (error) => {
+        this.#log.error(
+          { taskId: task.id, attempt, transcoder: transcoderPath, error },
+          'the transcoder could not be started and is gone: the task is handed back, and the transcoder looked for again',
+        );
+        this.#handBackRun(run);
+        if (this.#transcoder?.path === transcoderPath) this.#search.lost(error);
+      },
       reporter,
       signal: run.abort.signal,
       outputKeptBecause: () => run.keepsOutput,

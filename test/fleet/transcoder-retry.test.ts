@@ -27,7 +27,7 @@ import {
 /** The agent's retry interval here (10 s in service). */
 const RETRY_MS = 200;
 
-describe('an agent whose transcoder appears after it started', () => {
+describe('an agent whose transcoder appears after it started, and goes away again', () => {
   let c: TestCluster;
   let input: string;
 
@@ -45,7 +45,7 @@ describe('an agent whose transcoder appears after it started', () => {
     return r.body.find((a) => a.name === name);
   }
 
-  it('is listed without it (and why), then finds it, announces it with its encoders and runs a task requiring one', async () => {
+  it('is listed without it (and why), then finds it, announces it with its encoders and runs a task requiring one; loses it: hands the task back and finds it again', async () => {
     const transcoder = join(c.dir, 'late-mount', 'bin', 'ffmpeg');
     const name = c.agentName('late-transcoder');
     const lines: string[] = [];
@@ -128,6 +128,40 @@ describe('an agent whose transcoder appears after it started', () => {
       const ready = logged('transcoder ready');
       expect(ready).toHaveLength(1);
       expect(ready[0]).toMatchObject({ path: transcoder, version: found.transcoder?.version });
+
+      // The mount goes away under the running agent: the next task it claims cannot start its
+      // transcoder. It is handed back (not failed: no fault of the task's), the agent says it has no
+      // transcoder and claims nothing more, and once the mount is back the task runs.
+      renameSync(transcoder, staging);
+      const second = await c.api.createTask({
+        command: '-y -i ${INPUT_FILE} -c:v libx264 -preset ultrafast ${OUTPUT_FILE}',
+        inputFile: input,
+        outputFile: join(c.dir, 'out', 'lost-transcoder.mp4'),
+        requires: [`agent:${name}`],
+      });
+      const lost = await waitFor(
+        async () => {
+          const a = await listed(name);
+          return a && !a.transcoder ? a : undefined;
+        },
+        10_000,
+        'the agent listed without its transcoder again',
+      );
+      expect(lost.transcoderError).toContain('the transcoder stopped working');
+      const back = await c.api.getTask(second.id);
+      expect(back).toMatchObject({ status: 'QUEUED', error: '' });
+      expect(
+        logged(
+          'the transcoder could not be started and is gone: the task is handed back, and the transcoder looked for again',
+        ),
+      ).toHaveLength(1);
+      await sleep(3 * RETRY_MS);
+      expect((await c.api.getTask(second.id)).status).toBe('QUEUED');
+
+      renameSync(staging, transcoder);
+      const again = await c.api.waitForTask(second.id, undefined, 15_000);
+      expect(again).toMatchObject({ status: 'DONE_SUCCESSFUL', agent: { name } });
+      expect(existsSync(join(c.dir, 'out', 'lost-transcoder.mp4'))).toBe(true);
     } catch (err) {
       console.error(lines.slice(-40).join(''));
       throw err;

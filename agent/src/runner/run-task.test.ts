@@ -401,6 +401,33 @@ describe('runTask: failures', () => {
     expect(result.error).toMatch(/^pre-processing script could not be started: .*ENOENT/);
   });
 
+  it('tells the caller when the transcoder cannot be started because its binary is gone, not when a task cannot start it', async () => {
+    const lost: string[] = [];
+    const gone = await fx.run(
+      { command: { raw: '-i ${INPUT_FILE} -c:v mpeg4 -y ${OUTPUT_FILE}', resolved: '' } },
+      { transcoderPath: `${fx.dir}/unmounted/ffmpeg`, onTranscoderLost: (e) => lost.push(e) },
+    );
+    expect(gone.result.status).toBe('DONE_ERROR');
+    expect(lost).toEqual([gone.result.error]);
+    expect(lost[0]).toMatch(/^transcoder could not be started: .*ENOENT/);
+    expect(gone.reporter.text('agent')).toContain(
+      `${fx.dir}/unmounted/ffmpeg is no longer an executable file`,
+    );
+
+    // The binary is there but this task's command cannot be started (a NUL byte in an argument): the
+    // task's own failure.
+    const own = await fx.run(
+      {
+        command: { raw: '-i ${INPUT_FILE} -metadata title=${METADATA_t} -y ${OUTPUT_FILE}', resolved: '' },
+        metadata: { t: 'a\u0000b' },
+      },
+      { onTranscoderLost: (e) => lost.push(e) },
+    );
+    expect(own.result.status).toBe('DONE_ERROR');
+    expect(own.result.error).toMatch(/^transcoder could not be started/);
+    expect(lost).toHaveLength(1);
+  });
+
   it('fails when the transcoder fails, and post-processing never runs', async () => {
     const post = fx.script('post-marker-2.sh', `touch ${fx.dir}/post-ran-2`);
     const { result, reporter } = await fx.run({

@@ -48,6 +48,12 @@ export interface RunTaskOptions {
   scriptDirs?: readonly string[];
   /** Directories no output or sidecar may be written into (see protected-paths.ts); default none. */
   protectedDirs?: readonly string[];
+  /**
+   * The transcoder could not be started because its binary is gone or no longer executable (an unmounted
+   * share, a removed package): called before the run's failure is reported, so the caller can hand the
+   * task back instead of failing it (runTranscode).
+   */
+  onTranscoderLost?: (error: string) => void;
 }
 
 /**
@@ -231,6 +237,7 @@ async function runStages(
     graceMs,
     logs,
     onProgress: (p) => throttle.offer(p),
+    ...(options.onTranscoderLost ? { onTranscoderLost: options.onTranscoderLost } : {}),
   });
   throttle.stop();
   if (transcode.kind !== 'ok') return transcode;

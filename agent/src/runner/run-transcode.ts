@@ -18,7 +18,7 @@ import {
 import type { RunLogs } from './run-logs.ts';
 import { FENCED_OUT, runProcess } from './run-process.ts';
 import { type StepOutcome, toStepOutcome } from './step-outcome.ts';
-import { PROBE_TIMEOUT_MS } from './transcoder.ts';
+import { isExecutableFile, PROBE_TIMEOUT_MS } from './transcoder.ts';
 
 /**
  * Arguments the runner puts in front of every transcoder call, before the user's arguments:
@@ -72,6 +72,8 @@ export interface TranscodeInput {
   graceMs: number;
   logs: RunLogs;
   onProgress: (progress: TaskProgress) => void;
+  /** See RunTaskOptions.onTranscoderLost. */
+  onTranscoderLost?: (error: string) => void;
 }
 
 /**
@@ -157,6 +159,18 @@ export async function runTranscode(input: TranscodeInput): Promise<StepOutcome> 
       if (kept === undefined) await removePartialOutput(input.outputFile, before, input.logs);
       else
         input.logs.agent.add(`${label}: partial output kept: ${kept}; the path may be other work's by now`);
+    }
+    // Not started, and its binary is no longer an executable file (a share unmounted under a running
+    // agent): no fault of this task's. Told before the failure is reported, so the agent can hand the
+    // task back and look for its transcoder again instead of failing every task it claims.
+    if (
+      outcome.kind === 'failed' &&
+      result.error !== undefined &&
+      input.onTranscoderLost &&
+      !(await isExecutableFile(input.transcoderPath))
+    ) {
+      input.logs.agent.add(`${label}: ${input.transcoderPath} is no longer an executable file`);
+      input.onTranscoderLost(outcome.error);
     }
     if (outcome.kind !== 'ok') return outcome;
   }

@@ -85,7 +85,7 @@ export async function findOnPath(name: string, pathEnv: string | undefined): Pro
   return null;
 }
 
-async function isExecutableFile(file: string): Promise<boolean> {
+export async function isExecutableFile(file: string): Promise<boolean> {
   try {
     if (!(await stat(file)).isFile()) return false;
     await access(file, constants.X_OK);
@@ -328,6 +328,21 @@ export class TranscoderSearch {
   /** Make the first attempt; resolves once it has ended or has run for `hangMs` (it goes on then). */
   start(): Promise<void> {
     return this.#attempt();
+  }
+
+  /**
+   * The transcoder found could not be started (its binary is gone): it is forgotten, the failure logged
+   * and announced as at a failed start, and the search goes on every `retryMs`.
+   */
+  lost(error: string): void {
+    if (this.#stopped || !this.#found) return;
+    this.#found = null;
+    this.#error = '';
+    this.#failingSince = undefined;
+    this.#failed(`the transcoder stopped working: ${error}`);
+    clearTimeout(this.#retryTimer);
+    this.#retryTimer = setTimeout(() => void this.#attempt(), this.#retryMs);
+    this.#retryTimer.unref();
   }
 
   /** No attempt from now on; one running is told to stop and its result is ignored. */
