@@ -188,6 +188,36 @@ describe('resolveWildcards: metadata', () => {
     expect(resolve(wildcard)).toBe(expected);
   });
 
+  const pathCtx = createWildcardContext(
+    options({
+      task: {
+        uuid: TASK_UUID,
+        source: 'api',
+        metadata: {
+          'fav.movie': 'Deer Hunter',
+          'show.title': 'Pilot',
+          '@type': 'Movie',
+          friends: [{ first: 'Dale' }, { first: 'Jane' }],
+        },
+      },
+    }),
+  );
+
+  it.each([
+    ['${METADATA_fav\\.movie}', 'Deer Hunter'],
+    ['${METADATA_show\\.title\\}', 'Pilot'], // a `\` ending the path is dropped
+    ['${METADATA_friends.#}', '2'],
+    ['${METADATA_friends.#.first}', '["Dale","Jane"]'],
+    ['${METADATA_fri*.1.first}', 'Jane'],
+    ['${METADATA_fav?movie}', 'Deer Hunter'],
+    ['${METADATA_@type}', 'Movie'],
+    ['${METADATA_friends|0}', ''],
+    ['${METADATA_friends.#(first=="Jane").first}', ''],
+    ['[${METADATA_friends.@reverse}]', '[]'],
+  ])('passes gjson path syntax to the lookup: %s → %j', (wildcard, expected) => {
+    expect(resolveWildcards(wildcard, pathCtx)).toBe(expected);
+  });
+
   it('never re-scans a substituted value', () => {
     const c = createWildcardContext(
       options({ task: { uuid: TASK_UUID, source: 'api', metadata: { x: '${UUID}' } } }),
