@@ -15,6 +15,13 @@ const t = useTestApp({ apiTokens: [TOKEN] });
 
 const ASSETS = Object.keys(DASHBOARD_FILES).filter((f) => f !== 'index.html');
 const TEXT_FILES = Object.keys(DASHBOARD_FILES).filter((f) => !f.endsWith('.png'));
+const SCRIPTS = Object.keys(DASHBOARD_FILES).filter((f) => f.endsWith('.js'));
+
+/** The modules a dashboard script imports (relative to itself), as file names. */
+const importsOf = (file: string) =>
+  [...readFileSync(join(DIR, file), 'utf8').matchAll(/^\s*(?:import|export)\b[^;]*?from\s+'([^']+)'/gms)].map(
+    (m) => m[1]!.replace(/^\.\//, ''),
+  );
 
 function expectPageHeaders(res: Response, type: string, what: string) {
   expect(res.status, what).toBe(200);
@@ -52,14 +59,57 @@ describe('the dashboard (/ui)', () => {
     const html = await (await t.call('GET', '/ui')).text();
     const urls = [...html.matchAll(/(?:src|href)="([^"]*)"/g)].map((m) => m[1]!);
     expect(urls.sort()).toEqual(['/api/v1/docs', '/ui/app.js', '/ui/favicon.png', '/ui/style.css']);
-    // app.js imports logic.js, relative to itself: the whole module graph is served.
-    const imports = (file: string) =>
-      [
-        ...readFileSync(join(DIR, file), 'utf8').matchAll(/^\s*(?:import|export)\b[^;]*?from\s+'([^']+)'/gms),
-      ].map((m) => m[1]!);
-    expect(imports('app.js')).toEqual(['./logic.js']);
-    expect(imports('logic.js')).toEqual([]);
-    expect(Object.keys(DASHBOARD_FILES)).toContain('logic.js');
+    // The scripts' module graph (relative imports from app.js on) is exactly the served scripts.
+    const graph = new Map<string, string[]>();
+    const visit = (file: string) => {
+      if (graph.has(file)) return;
+      const imports = importsOf(file);
+      graph.set(file, imports);
+      for (const i of imports) visit(i);
+    };
+    visit('app.js');
+    expect([...graph.keys()].sort()).toEqual(SCRIPTS.slice().sort());
+    // The pure modules (tested in Node) import no module that touches the DOM.
+    expect(graph.get('logic.js')).toEqual([]);
+    expect(graph.get('manage-logic.js')).toEqual(['logic.js']);
+  });
+
+  it('the page has every element the scripts look up by id, and only forms the scripts handle', () => {
+    const html = readFileSync(join(DIR, 'index.html'), 'utf8');
+    const ids = new Set([...html.matchAll(/\sid="([^"]+)"/g)].map((m) => m[1]!));
+    const wanted = new Set<string>();
+    for (const file of SCRIPTS) {
+      const source = readFileSync(join(DIR, file), 'utf8');
+      for (const m of source.matchAll(/\bbyId\('([^']+)'\)/g)) wanted.add(m[1]!);
+      // The lists and forms of manage.js find their elements by a prefix.
+      for (const m of source.matchAll(/\bpagedList\(\s*'([^']+)'/g)) {
+        for (const suffix of ['rows', 'empty', 'prev', 'next', 'page', 'state'])
+          wanted.add(`${m[1]}-${suffix}`);
+      }
+      for (const m of source.matchAll(/\bprefix: '([^']+)'/g)) {
+        for (const suffix of ['form', 'form-title', 'form-submit', 'form-cancel', 'new'])
+          wanted.add(`${m[1]}-${suffix}`);
+      }
+    }
+    expect(wanted.size).toBeGreaterThan(40); // the scan is not blind
+    expect([...wanted].filter((id) => !ids.has(id))).toEqual([]);
+    // Every form is handled in script (preventDefault; the CSP's form-action 'none' would block a real
+    // submit): the token form in app.js, the others through dom.js's handleForm. None names a target.
+    const forms = [...html.matchAll(/<form\b[^>]*>/g)].map((m) => m[0]);
+    expect(forms.map((f) => /\sid="([^"]+)"/.exec(f)?.[1]).sort()).toEqual([
+      'auth',
+      'presets-form',
+      'task-form',
+      'watchfolders-form',
+      'webhooks-form',
+    ]);
+    for (const f of forms) expect(f).not.toMatch(/\s(?:action|method|target)=/i);
+    expect(readFileSync(join(DIR, 'dom.js'), 'utf8')).toMatch(
+      /addEventListener\('submit', async \(e\) => \{\s*e\.preventDefault\(\);/,
+    );
+    expect(readFileSync(join(DIR, 'app.js'), 'utf8')).toMatch(
+      /ui\.auth\.addEventListener\('submit', \(e\) => \{\s*e\.preventDefault\(\);/,
+    );
   });
 
   it('an ETag lets the browser revalidate (304)', async () => {
@@ -101,7 +151,8 @@ describe('the dashboard (/ui)', () => {
   it('works offline: no URL to another host in any served file', async () => {
     for (const file of TEXT_FILES) {
       const text = await (await t.call('GET', file === 'index.html' ? '/ui' : `/ui/${file}`)).text();
-      expect(text, file).not.toMatch(/\bhttps?:/i);
+      // Only loopback examples (a webhook URL's placeholder): nothing that points at another host.
+      expect(text, file).not.toMatch(/\bhttps?:(?!\/\/127\.0\.0\.1[:/])/i);
       expect(text, file).not.toMatch(/(?:src|href)=["']?\/\/|url\(\s*["']?\/\/|@import/i);
       expect(text, file).not.toMatch(/\bimport\s*\(\s*['"](?!\.\/)|from\s+['"](?!\.\/)/); // relative imports only
     }
@@ -126,7 +177,8 @@ describe('the dashboard (/ui)', () => {
 
 describe('the dashboard scripts build the DOM from text only', () => {
   it('never write HTML: no innerHTML, outerHTML, insertAdjacentHTML, document.write, eval', () => {
-    for (const file of ['app.js', 'logic.js']) {
+    expect(SCRIPTS.length).toBeGreaterThanOrEqual(6);
+    for (const file of SCRIPTS) {
       const source = readFileSync(join(DIR, file), 'utf8');
       for (const sink of [
         /\binnerHTML\b/,
@@ -164,7 +216,7 @@ describe('the dashboard scripts build the DOM from text only', () => {
           types: [],
           skipLibCheck: true,
         },
-        files: [join(DIR, 'app.js'), join(DIR, 'logic.js')],
+        files: SCRIPTS.map((f) => join(DIR, f)),
       };
       writeFileSync(join(dir, 'tsconfig.json'), JSON.stringify(config));
       const tsc = fileURLToPath(new URL('../../../node_modules/typescript/bin/tsc', import.meta.url));

@@ -14,6 +14,10 @@ export const DASHBOARD_FILES: Readonly<Record<string, string>> = {
   'index.html': 'text/html; charset=utf-8',
   'app.js': 'text/javascript; charset=utf-8',
   'logic.js': 'text/javascript; charset=utf-8',
+  'dom.js': 'text/javascript; charset=utf-8',
+  'task-form.js': 'text/javascript; charset=utf-8',
+  'manage.js': 'text/javascript; charset=utf-8',
+  'manage-logic.js': 'text/javascript; charset=utf-8',
   'style.css': 'text/css; charset=utf-8',
   'favicon.png': 'image/png',
 };

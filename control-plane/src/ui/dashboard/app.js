@@ -1,7 +1,23 @@
 // @ts-check
-// The operator dashboard (/ui): tasks kept live from the event stream, agents polled, per-task actions.
-// Server data (task names, errors, logs, agent names, labels) is attacker-controlled: it only ever
-// reaches the page as textContent, text nodes or attribute values, never as markup.
+// The operator dashboard (/ui): tabs for tasks and agents, presets, watchfolders and webhooks. This file
+// keeps the tasks live from the event stream, polls the agents, runs the per-task actions and the token
+// flow; the new-task form is task-form.js, the other tabs manage.js. Server data (task names, errors,
+// logs, agent names, labels) is attacker-controlled: it only ever reaches the page as textContent, text
+// nodes or attribute values, never as markup.
+import {
+  ApiError,
+  api,
+  badge,
+  button,
+  byId,
+  el,
+  hideError,
+  onUnauthorized,
+  report,
+  setToken,
+  syncRows,
+  token,
+} from './dom.js';
 import {
   agentState,
   formatAgo,
@@ -13,7 +29,6 @@ import {
   pageLabel,
   parseTaskEvent,
   percent,
-  problemMessage,
   reconnectDelay,
   SseParser,
   statusClass,
@@ -21,62 +36,31 @@ import {
   TASK_EVENTS,
   taskListQuery,
 } from './logic.js';
+import { clearManage, loadTab } from './manage.js';
+import { closeTaskForm, initTaskForm, openTaskForm } from './task-form.js';
 
 /** @typedef {import('./logic.js').Task} Task */
 /** @typedef {import('./logic.js').Agent} Agent */
 /** @typedef {import('./logic.js').TaskView} TaskView */
 /** @typedef {import('./logic.js').TaskEventName} TaskEventName */
 /** @typedef {{event: TaskEventName, task: Task}} TaskEvent */
-/** A table cell: the key of what it shows, how to build that, and its class. @typedef {[string, () => (Node | string)[], string?]} Cell */
+/** @typedef {import('./dom.js').Cell} Cell */
 
-const TOKEN_KEY = 'ffleet.apiToken';
 const PER_PAGE = 50;
-const AGENT_POLL_MS = 5000;
+const POLL_MS = 5000;
 const RESYNC_MS = 3000;
 const LOGS_FOLLOW_MS = 2000;
 /** The server sends a keep-alive every 15 s: a stream silent for this long is dead. */
 const STALL_MS = 45_000;
 const EVENTS_URL = `/api/v1/events?events=${TASK_EVENTS.join(',')}`;
 
-/** @param {string} id */
-function byId(id) {
-  const found = document.getElementById(id);
-  if (!found) throw new Error(`#${id} is missing from the page`);
-  return found;
-}
+/** A status badge: its class comes from statusClass, never from server text. @param {string} status @param {string} text */
+const statusBadge = (status, text) => badge(statusClass(status), text);
 
-/**
- * @template {keyof HTMLElementTagNameMap} K
- * @param {K} tag
- * @param {string} [className]
- * @param {string} [text]
- * @returns {HTMLElementTagNameMap[K]}
- */
-function el(tag, className, text) {
-  const node = document.createElement(tag);
-  if (className) node.className = className;
-  if (text !== undefined) node.textContent = text;
-  return node;
-}
-
-/** @param {string} label @param {() => void} onClick @param {{disabled?: boolean, danger?: boolean}} [opts] */
-function button(label, onClick, opts = {}) {
-  const b = el('button', opts.danger ? 'danger' : '', label);
-  b.type = 'button';
-  b.disabled = !!opts.disabled;
-  b.addEventListener('click', onClick);
-  return b;
-}
-
-/** @param {string} status @param {string} text */
-const badge = (status, text) => el('span', `badge ${statusClass(status)}`, text);
-
-// --- messages, connection state, token -------------------------------------------------------------
+// --- connection state, token -----------------------------------------------------------------------
 
 const ui = {
   connection: byId('connection'),
-  message: byId('message'),
-  messageText: byId('message-text'),
   auth: /** @type {HTMLFormElement} */ (byId('auth')),
   authReason: byId('auth-reason'),
   authToken: /** @type {HTMLInputElement} */ (byId('auth-token')),
@@ -96,19 +80,12 @@ const ui = {
   agentsState: byId('agents-state'),
 };
 
-/** @param {string} text */
-function showError(text) {
-  ui.messageText.textContent = text;
-  ui.message.hidden = false;
-}
-
 /** @param {string} text @param {'live' | 'wait' | 'off'} state */
 function setConnection(text, state) {
   ui.connection.textContent = text;
   ui.connection.className = `connection conn-${state}`;
 }
 
-const token = () => sessionStorage.getItem(TOKEN_KEY) ?? '';
 let needsToken = false;
 
 /** @param {string} reason the API's 401 detail */
@@ -121,46 +98,7 @@ function askForToken(reason) {
   ui.auth.hidden = false;
   ui.authToken.focus();
 }
-
-class ApiError extends Error {
-  /** @param {number} status @param {string} message */
-  constructor(status, message) {
-    super(message);
-    this.status = status;
-  }
-}
-
-/**
- * A request to the API with the token; a failure throws an ApiError with the problem's detail, and a
- * 401 also asks for a token.
- * @param {string} method
- * @param {string} path
- * @param {{body?: unknown, headers?: Record<string, string>, signal?: AbortSignal}} [opts]
- */
-async function api(method, path, opts = {}) {
-  /** @type {Record<string, string>} */
-  const headers = { ...opts.headers };
-  if (token()) headers.Authorization = `Bearer ${token()}`;
-  if (opts.body !== undefined) headers['Content-Type'] = 'application/json';
-  let res;
-  try {
-    const body = opts.body === undefined ? undefined : JSON.stringify(opts.body);
-    res = await fetch(path, { method, headers, body, cache: 'no-store', signal: opts.signal });
-  } catch (err) {
-    if (opts.signal?.aborted) throw err;
-    throw new ApiError(0, 'the control plane cannot be reached');
-  }
-  if (res.ok) return res;
-  const message = problemMessage(res.status, await res.text().catch(() => ''));
-  if (res.status === 401) askForToken(message);
-  throw new ApiError(res.status, message);
-}
-
-/** @param {unknown} err @param {string} what */
-function report(err, what) {
-  if (err instanceof ApiError && err.status === 401) return; // the token form says it
-  showError(`${what}: ${err instanceof Error ? err.message : String(err)}`);
-}
+onUnauthorized(askForToken);
 
 // --- tasks ---------------------------------------------------------------------------------------------
 
@@ -234,42 +172,6 @@ function onTaskEvent(e) {
 /** @type {Map<string, HTMLTableRowElement>} */
 const taskRows = new Map();
 
-/**
- * Make `tbody`'s rows those of `items`, in order. Rows are kept per id and each cell is rebuilt only
- * when its key changes, so a task's progress does not rebuild (and swallow a click on) its buttons.
- * @template T
- * @param {HTMLElement} tbody
- * @param {Map<string, HTMLTableRowElement>} rows
- * @param {T[]} items
- * @param {(item: T) => string} idOf
- * @param {(item: T) => Cell[]} cellsOf
- */
-function syncRows(tbody, rows, items, idOf, cellsOf) {
-  const keep = new Set();
-  /** @type {ChildNode | null} */
-  let next = tbody.firstChild;
-  for (const item of items) {
-    const id = idOf(item);
-    keep.add(id);
-    const row = rows.get(id) ?? el('tr');
-    rows.set(id, row);
-    cellsOf(item).forEach(([key, build, className = ''], i) => {
-      const cell = row.cells.item(i) ?? row.insertCell();
-      if (cell.dataset.key === key) return;
-      cell.dataset.key = key;
-      cell.className = className;
-      cell.replaceChildren(...build());
-    });
-    if (row === next) next = row.nextSibling;
-    else tbody.insertBefore(row, next);
-  }
-  for (const [id, row] of rows) {
-    if (keep.has(id)) continue;
-    row.remove();
-    rows.delete(id);
-  }
-}
-
 /** @param {Task} t @returns {Cell[]} */
 function taskCells(t) {
   const pct = percent(t.progress);
@@ -289,7 +191,7 @@ function taskCells(t) {
       },
       'task',
     ],
-    [t.status, () => [badge(t.status, statusLabel(t.status))]],
+    [t.status, () => [statusBadge(t.status, statusLabel(t.status))]],
     [
       JSON.stringify([t.status, pct, t.remaining, postProcessing]),
       () => {
@@ -475,7 +377,7 @@ function agentCells(a) {
     ],
     [
       JSON.stringify([state, a.paused]),
-      () => [badge(state, a.paused && state !== 'paused' ? `${state} · paused` : state)],
+      () => [statusBadge(state, a.paused && state !== 'paused' ? `${state} · paused` : state)],
     ],
     [`${a.runningTasks.length}/${a.slots}`, () => [`${a.runningTasks.length} / ${a.slots}`], 'num'],
     [JSON.stringify(a.labels), () => a.labels.map((l) => el('span', 'chip', l))],
@@ -610,45 +512,85 @@ function closeLogs() {
   ui.logsText.textContent = '';
 }
 
-/** Forget every task, agent and log line shown (a refused or forgotten token must not leave them up). */
+/**
+ * Forget every task, agent, log line, preset, watchfolder and webhook shown (a refused or forgotten
+ * token must not leave them up).
+ */
 function clearData() {
   view = { tasks: [], total: 0, statuses: view.statuses, page: 0, perPage: PER_PAGE };
   renderTasks();
   agents = [];
   renderAgents();
   closeLogs();
-  ui.message.hidden = true;
+  closeTaskForm();
+  clearManage();
+  hideError();
 }
 
 function updateTokenButton() {
   ui.forgetToken.hidden = token() === '';
 }
 
+// --- tabs: #tasks (tasks and agents), #presets, #watchfolders, #webhooks -------------------------------
+
+const TABS = /** @type {const} */ (['tasks', 'presets', 'watchfolders', 'webhooks']);
+/** @typedef {typeof TABS[number]} Tab */
+
+/** The tab the address asks for; tasks for anything else. @returns {Tab} */
+function currentTab() {
+  const hash = location.hash.replace(/^#/, '');
+  return TABS.find((t) => t === hash) ?? 'tasks';
+}
+
+/** Load what the shown tab lists (the tasks are kept current by the event stream on every tab). */
+function refreshTab() {
+  if (needsToken) return;
+  const tab = currentTab();
+  if (tab === 'tasks') loadAgents();
+  else loadTab(tab);
+}
+
+function showTab() {
+  const tab = currentTab();
+  for (const t of TABS) byId(`view-${t}`).hidden = t !== tab;
+  for (const b of document.querySelectorAll('button.tab')) {
+    if (!(b instanceof HTMLButtonElement)) continue;
+    if (b.dataset.tab === tab) b.setAttribute('aria-current', 'page');
+    else b.removeAttribute('aria-current');
+  }
+  refreshTab();
+}
+
+for (const b of document.querySelectorAll('button.tab')) {
+  if (!(b instanceof HTMLButtonElement)) continue;
+  b.addEventListener('click', () => {
+    location.hash = b.dataset.tab ?? 'tasks';
+  });
+}
+window.addEventListener('hashchange', showTab);
+
 function start() {
   needsToken = false;
   ui.auth.hidden = true;
   updateTokenButton();
   loadTasks();
-  loadAgents();
   connectEvents();
+  showTab();
 }
 
 ui.auth.addEventListener('submit', (e) => {
   e.preventDefault(); // never submitted: the token must not end up in a URL
   const value = ui.authToken.value.trim();
   if (value === '') return;
-  sessionStorage.setItem(TOKEN_KEY, value);
+  setToken(value);
   ui.authToken.value = '';
   start();
 });
 ui.forgetToken.addEventListener('click', () => {
-  sessionStorage.removeItem(TOKEN_KEY);
+  setToken('');
   // What the token let this tab see goes with it (the next load asks for a token if one is needed).
   clearData();
   start();
-});
-byId('message-close').addEventListener('click', () => {
-  ui.message.hidden = true;
 });
 ui.statusFilter.addEventListener('change', () => {
   const value = ui.statusFilter.value;
@@ -666,15 +608,18 @@ ui.pageNext.addEventListener('click', () => {
 });
 byId('logs-refresh').addEventListener('click', () => refreshLogs());
 byId('logs-close').addEventListener('click', closeLogs);
+byId('task-new').addEventListener('click', () => openTaskForm());
+// The response of a create is the task's newest state; the event stream brings it too.
+initTaskForm((task) => onTaskEvent({ event: 'task.created', task }));
 
 setInterval(() => {
-  if (!document.hidden && !needsToken) loadAgents();
-}, AGENT_POLL_MS);
+  if (!document.hidden) refreshTab();
+}, POLL_MS);
 setInterval(() => {
   if (!document.hidden && !needsToken && logsTask && isOpenStatus(logsTask.status)) refreshLogs();
 }, LOGS_FOLLOW_MS);
 document.addEventListener('visibilitychange', () => {
-  if (!document.hidden && !needsToken) loadAgents();
+  if (!document.hidden) refreshTab();
 });
 
 start();

@@ -159,6 +159,44 @@ export function pageLabel({ page, perPage, total, count }) {
   return `${first}–${first + count - 1} of ${total}`;
 }
 
+/** One field's problem, as the API's problem+json `errors` list has it. @typedef {{path: string, message: string}} FieldError */
+
+/**
+ * A failed API call's problem+json (RFC 9457), as far as the body is one.
+ * @typedef {object} Problem
+ * @property {number} status
+ * @property {string} detail the problem's `detail`; "" when the body is no problem
+ * @property {string} code the problem's `code` (`VALIDATION_FAILED`…); "" when the body is no problem
+ * @property {FieldError[]} errors its field errors (paths like `preProcessing.scriptPath`, `requires.2`)
+ */
+
+/**
+ * Read a failed call's body as a problem; anything that is not one gives an empty detail and no errors.
+ * @param {number} status
+ * @param {string} body
+ * @returns {Problem}
+ */
+export function parseProblem(status, body) {
+  /** @type {Problem} */
+  const out = { status, detail: '', code: '', errors: [] };
+  let p;
+  try {
+    p = JSON.parse(body);
+  } catch {
+    return out;
+  }
+  if (!p || typeof p !== 'object' || Array.isArray(p)) return out;
+  if (typeof p.detail === 'string') out.detail = p.detail;
+  if (typeof p.code === 'string') out.code = p.code;
+  if (Array.isArray(p.errors)) {
+    for (const e of p.errors) {
+      if (!e || typeof e !== 'object' || typeof e.message !== 'string') continue;
+      out.errors.push({ path: typeof e.path === 'string' ? e.path : '', message: e.message });
+    }
+  }
+  return out;
+}
+
 /**
  * The message of a failed API call: a problem's `detail` (with its field errors), else the body's
  * first 300 characters, else `HTTP <status>`.
@@ -166,23 +204,10 @@ export function pageLabel({ page, perPage, total, count }) {
  * @param {string} body
  */
 export function problemMessage(status, body) {
-  try {
-    const p = JSON.parse(body);
-    if (p && typeof p === 'object' && typeof p.detail === 'string' && p.detail !== '') {
-      const errors = Array.isArray(p.errors)
-        ? p.errors
-            .filter(
-              (/** @type {unknown} */ e) =>
-                !!e && typeof e === 'object' && 'message' in e && typeof e.message === 'string',
-            )
-            .map((/** @type {{path?: unknown, message: string}} */ e) =>
-              e.path ? `${e.path}: ${e.message}` : e.message,
-            )
-        : [];
-      return errors.length > 0 ? `${p.detail} (${errors.join('; ')})` : p.detail;
-    }
-  } catch {
-    // not JSON: the text itself
+  const p = parseProblem(status, body);
+  if (p.detail !== '') {
+    const errors = p.errors.map((e) => (e.path ? `${e.path}: ${e.message}` : e.message));
+    return errors.length > 0 ? `${p.detail} (${errors.join('; ')})` : p.detail;
   }
   const text = body.trim().slice(0, 300);
   return text === '' ? `HTTP ${status}` : text;
