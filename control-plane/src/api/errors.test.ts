@@ -56,6 +56,45 @@ describe('error responses', () => {
     }
   });
 
+  it('422 names a missing field "is required" and an empty one "must not be empty", once per field', async () => {
+    const preset = await expectProblem(
+      await t.call('POST', '/api/v1/presets', { name: '' }),
+      422,
+      'VALIDATION_FAILED',
+    );
+    expect(preset.errors).toEqual([
+      { path: 'name', message: 'must not be empty' },
+      { path: 'command', message: 'is required' },
+    ]);
+    const folder = await expectProblem(
+      await t.call('POST', '/api/v1/watchfolders', {
+        name: '',
+        path: '/in',
+        interval: 5,
+        growthChecks: 1,
+        preset: '',
+      }),
+      422,
+      'VALIDATION_FAILED',
+    );
+    expect(folder.errors).toEqual([
+      { path: 'name', message: 'must not be empty' },
+      { path: 'preset', message: 'must not be empty' },
+    ]);
+    const missing = await expectProblem(await t.call('POST', '/api/v1/watchfolders', { name: 'x' }), 422);
+    expect(missing.errors).toEqual(
+      expect.arrayContaining([
+        { path: 'path', message: 'is required' },
+        { path: 'interval', message: 'is required' },
+      ]),
+    );
+    const blank = await expectProblem(
+      await t.call('POST', '/api/v1/presets', { name: '  ', command: '-i a b' }),
+      422,
+    );
+    expect(blank.errors).toEqual([{ path: 'name', message: 'must not be blank' }]);
+  });
+
   it('400 INVALID_QUERY for bad pagination on every list', async () => {
     for (const path of LISTS) {
       for (const qs of ['page=-1', 'perPage=0', 'perPage=1001', 'page=abc', 'perPage=x']) {

@@ -6,16 +6,25 @@ import { BadRequestError, HttpError, ValidationError } from './errors.ts';
 
 const JSON_TYPE = /^application\/([a-z0-9.+-]+\+)?json\s*(;|$)/i;
 
-/** Map zod issues to `{path, message}` (unknown keys get one entry each, at their own path). */
+/**
+ * Map zod issues to `{path, message}` (unknown keys get one entry each, at their own path). A missing
+ * field says `is required` and an empty string `must not be empty`, instead of zod's wording for
+ * developers ("Invalid input: expected string, received undefined", "Too small: expected string to
+ * have >=1 characters"); a field is named once per message (an empty name is also blank).
+ */
 export function zodIssues(error: z.ZodError): { path: string; message: string }[] {
   const out: { path: string; message: string }[] = [];
+  const empty = new Set<string>();
   for (const issue of error.issues) {
     const base = issue.path.map(String).join('.');
     if (issue.code === 'unrecognized_keys') {
       for (const k of issue.keys) out.push({ path: base ? `${base}.${k}` : k, message: 'unknown field' });
-    } else if (issue.code === 'invalid_union' && 'errors' in issue && Array.isArray(issue.errors)) {
-      out.push({ path: base, message: issue.message });
-    } else {
+    } else if (issue.code === 'too_small' && issue.origin === 'string' && Number(issue.minimum) === 1) {
+      empty.add(base);
+      out.push({ path: base, message: 'must not be empty' });
+    } else if (issue.code === 'invalid_type' && issue.message.endsWith('received undefined')) {
+      out.push({ path: base, message: 'is required' });
+    } else if (!(empty.has(base) && issue.message === 'must not be blank')) {
       out.push({ path: base, message: issue.message });
     }
   }

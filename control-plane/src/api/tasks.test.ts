@@ -72,6 +72,9 @@ describe('task routes', () => {
       expect((await create({ command: '-i a b' })).name).toBe('task');
       expect((await create({ command: '-i a b', inputFile: '' })).name).toBe('task');
       expect((await create({ command: '-i a b', inputFile: '/in/x.mov', name: 'mine' })).name).toBe('mine');
+      // A blank name is no name, as for the other text fields (a form's empty field).
+      expect((await create({ command: '-i a b', inputFile: '/in/x.mov', name: '' })).name).toBe('x.mov');
+      expect((await create({ command: '-i a b', name: '  ' })).name).toBe('task');
     });
 
     it('requires a command unless a preset gives one', async () => {

@@ -62,7 +62,7 @@ export function buildTaskRow(
   const post = input.postProcessing !== undefined ? input.postProcessing : (preset?.postProcessing ?? null);
   const presetTaskHooks = (preset?.webhooks ?? []).filter((w) => w.event.startsWith('task.'));
   const inputFile = input.inputFile ?? '';
-  const name = input.name ?? (inputFile ? basename(inputFile) || 'task' : 'task');
+  const name = given(input.name) ?? (inputFile ? basename(inputFile) || 'task' : 'task');
   return {
     ok: true,
     row: {

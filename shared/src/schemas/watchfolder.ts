@@ -5,7 +5,7 @@ const Extension = z
   .string()
   .min(1)
   .max(32)
-  .regex(/^[^./\\]+$/, 'an extension without a dot');
+  .regex(/^[^./\\]+$/, 'an extension without a dot or a slash (e.g. "mov")');
 
 export const WatchfolderFilter = z.strictObject({
   extensions: z
