@@ -110,6 +110,12 @@ export async function startControlPlane(
       for (const s of [...stops].reverse()) await s().catch((err) => logger.error({ err }, 'stop failed'));
     })());
   if (config.shortTokens.length) logger.warn({ variables: config.shortTokens }, SHORT_TOKEN_WARNING);
+  if (config.cors && config.apiTokens.length === 0) {
+    logger.warn(
+      { origins: config.cors.any ? ['*'] : [...config.cors.origins] },
+      'FFLEET_CORS_ORIGINS without FFLEET_API_TOKENS: pages of these origins opened on this machine use the API without a token (they can create tasks, which run scripts)',
+    );
+  }
   try {
     if (!config.databaseUrl) stops.push(await claimEmbeddedDatabase(config.dataDir));
     const database = config.databaseUrl

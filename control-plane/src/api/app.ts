@@ -129,7 +129,7 @@ export function createApp(deps: AppDeps) {
   });
 
   // Before the token check: a browser's preflight never carries the token.
-  app.use('*', cors(deps.cors));
+  app.use('*', cors(deps.cors, { guardUnsafe: tokens.length === 0 }));
 
   app.use('*', async (c, next) => {
     if (isPublicPath(c.req.path)) return next();

@@ -42,6 +42,7 @@ describe('FFLEET_CORS_ORIGINS', () => {
       'https://mam.example.com?x=1',
       'null',
       `*,${MAM}`,
+      'https://*.example.com',
     ]) {
       expect(parseCorsOrigins(bad).ok, bad).toBe(false);
     }
@@ -151,5 +152,46 @@ describe('cross-origin requests to the API', () => {
     });
     expect(res.headers.get('access-control-allow-origin')).toBe('*');
     expect(await json(res)).toHaveProperty('version');
+  });
+
+  it('without API tokens refuses a change asked by another origin’s page (cancel and restart need no body, so no preflight)', async () => {
+    const open = appVariant(t, { cors: policy(MAM) }); // loopback clients, no tokens
+    const task = await json(await open.call('POST', '/api/v1/tasks', VALID.task()), 201);
+    const cancel = (headers: Record<string, string>) =>
+      open.app.request(`/api/v1/tasks/${task.id}/cancel`, {
+        method: 'POST',
+        headers: { Host: '127.0.0.1:3000', 'Content-Type': 'text/plain', ...headers },
+      });
+    const refused = await cancel({ Origin: 'https://evil.example' });
+    const body = await expectProblem(refused, 403, 'ORIGIN_NOT_ALLOWED');
+    expect(body.detail).toMatch(/FFLEET_API_TOKENS/);
+    for (const origin of ['null', 'http://127.0.0.1:8080', 'http://localhost:3000']) {
+      expect((await cancel({ Origin: origin })).status, origin).toBe(403);
+    }
+    expect((await json(await open.call('GET', `/api/v1/tasks/${task.id}`))).status).toBe('QUEUED');
+    // The dashboard (a page of this host), a listed origin and clients that send no Origin may.
+    expect((await cancel({ Origin: 'http://127.0.0.1:3000' })).status).toBe(200);
+    const restart = await open.app.request(`/api/v1/tasks/${task.id}/restart`, {
+      method: 'POST',
+      headers: { Host: '127.0.0.1:3000', Origin: MAM },
+    });
+    expect(restart.status).toBe(200);
+    expect((await cancel({})).status).toBe(200);
+    // Reading stays open to any page of this machine (it cannot see the answer without CORS).
+    expect(
+      (await open.call('GET', '/api/v1/tasks', undefined, { Origin: 'https://evil.example' })).status,
+    ).toBe(200);
+    // With API tokens a page cannot send the token without a preflight: nothing to guard.
+    const guarded = await listed.app.request(`/api/v1/tasks/${task.id}/restart`, {
+      method: 'POST',
+      headers: { ...auth, Origin: 'https://evil.example' },
+    });
+    expect(guarded.status).not.toBe(403);
+  });
+
+  it('says Vary: Origin on every answer once origins are listed', async () => {
+    const res = await listed.call('GET', '/api/v1/tasks', undefined, auth);
+    expect(res.headers.get('vary')).toMatch(/Origin/);
+    expect((await none.call('GET', '/api/v1/tasks', undefined, auth)).headers.get('vary')).toBeNull();
   });
 });

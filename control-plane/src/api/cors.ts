@@ -7,10 +7,11 @@ import { HttpError } from './errors.ts';
  * custom dashboard): `FFLEET_CORS_ORIGINS`, a comma-separated list of origins, or `*`.
  *
  * Unset (the default), no response carries CORS headers, so a page of another origin can neither read
- * the API's answers nor send it anything but a "simple" request, which the API refuses (JSON bodies
- * need `Content-Type: application/json`, 415 otherwise). That default matters most without API tokens:
- * any web page opened on the control plane's machine could otherwise create tasks, which run scripts.
- * For that reason `*` needs FFLEET_API_TOKENS (config.ts).
+ * the API's answers nor send it anything but a "simple" request: JSON bodies need `Content-Type:
+ * application/json` (415 otherwise), and without API tokens a change asked by another origin's page
+ * is refused outright (`guardUnsafe`: cancel and restart have no body). That default matters most
+ * without API tokens: any web page opened on the control plane's machine could otherwise create
+ * tasks, which run scripts. For that reason `*` needs FFLEET_API_TOKENS (config.ts).
  *
  * Listed origins get `Access-Control-Allow-Origin` on every response (errors too, so a client can read
  * the problem+json body), the response headers a client needs exposed (`X-Total`, `Location`, …), and
@@ -37,6 +38,12 @@ export function parseCorsOrigins(
   }
   const origins = new Set<string>();
   for (const entry of entries) {
+    if (entry.includes('*')) {
+      return {
+        ok: false,
+        error: `${JSON.stringify(entry)}: no wildcards in an origin (list each one, or \`*\` alone)`,
+      };
+    }
     const origin = originOf(entry);
     if (origin === undefined) {
       return {
@@ -78,14 +85,50 @@ const EXPOSED = [
 const METHODS = 'GET, HEAD, POST, PUT, PATCH, DELETE';
 const PREFLIGHT_MAX_AGE_S = 600;
 
-export function cors(policy: CorsPolicy | undefined): MiddlewareHandler<ApiEnv> {
+const UNSAFE_METHODS: ReadonlySet<string> = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
+
+/** Whether `origin` names the host the request was sent to (a page of this control plane: /ui). */
+function sameHost(origin: string, host: string | undefined): boolean {
+  if (host === undefined) return false;
+  try {
+    return new URL(origin).host === host.trim().toLowerCase();
+  } catch {
+    return false; // `null` (a sandboxed frame, a file: page) or garbage
+  }
+}
+
+/**
+ * `guardUnsafe`: refuse changes asked by pages of other origins (no API tokens configured). A page
+ * cannot read another origin's answers without CORS, but a "simple" request (a form post, a fetch
+ * without custom headers) is sent without a preflight, and the routes without a body (cancel,
+ * restart, redeliver) would act on it: any web page opened on the control plane's machine could
+ * cancel its tasks. Browsers send `Origin` with every such request; a page of this host (the
+ * dashboard) and the listed origins may, others get 403. With API tokens a page cannot send the token
+ * without a preflight, so there is nothing to guard (and a reverse proxy may change `Host`).
+ */
+export function cors(
+  policy: CorsPolicy | undefined,
+  opts: { guardUnsafe?: boolean } = {},
+): MiddlewareHandler<ApiEnv> {
   const allows = (origin: string) => policy !== undefined && (policy.any || policy.origins.has(origin));
   return async (c, next) => {
     const origin = c.req.header('origin');
-    if (origin === undefined) return next();
+    if (origin === undefined) {
+      // The answer depends on Origin once a list is set: caches must not hand one origin's to another.
+      if (policy !== undefined) c.header('Vary', 'Origin', { append: true });
+      return next();
+    }
     const preflight =
       c.req.method === 'OPTIONS' && c.req.header('access-control-request-method') !== undefined;
     if (!allows(origin)) {
+      if (opts.guardUnsafe && UNSAFE_METHODS.has(c.req.method) && !sameHost(origin, c.req.header('host'))) {
+        throw new HttpError(
+          403,
+          'ORIGIN_NOT_ALLOWED',
+          'Forbidden',
+          `a page of ${origin} may not change anything here: without FFLEET_API_TOKENS only this control plane's own pages and the origins in FFLEET_CORS_ORIGINS may`,
+        );
+      }
       if (!preflight) return next(); // no CORS headers: the browser keeps the answer from the page
       throw new HttpError(
         403,

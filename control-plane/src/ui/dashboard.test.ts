@@ -30,6 +30,9 @@ function expectPageHeaders(res: Response, type: string, what: string) {
   expect(res.headers.get('x-content-type-options'), what).toBe('nosniff');
   expect(res.headers.get('cache-control'), what).toBe('no-cache');
   expect(res.headers.get('etag'), what).toMatch(/^"/);
+  // The app's own headers, as on every other route.
+  expect(res.headers.get('x-request-id'), what).toBeTruthy();
+  expect(res.headers.get('x-server'), what).toMatch(/^ffleet\//);
 }
 
 describe('the dashboard (/ui)', () => {

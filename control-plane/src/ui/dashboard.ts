@@ -1,7 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Hono } from 'hono';
+import { type Context, Hono } from 'hono';
 import { etag } from 'hono/etag';
 
 // The operator dashboard (/ui): static files served from the source tree (bin/bundle.js gives the
@@ -50,7 +50,8 @@ const HEADERS = {
 /** Each file is read once, at its first request (they change only with the control plane's code). */
 const contents = new Map<string, Promise<Buffer>>();
 
-async function serve(file: string): Promise<Response> {
+/** Answered through the context, so the app's headers (X-Request-Id, X-Server, CORS) are kept. */
+async function serve(c: Context, file: string): Promise<Response> {
   const type = DASHBOARD_FILES[file]!;
   let body = contents.get(file);
   if (!body) {
@@ -59,15 +60,15 @@ async function serve(file: string): Promise<Response> {
     // A failed read (a file missing from a broken install) is tried again at the next request.
     body.catch(() => contents.delete(file));
   }
-  return new Response(new Uint8Array(await body), { headers: { ...HEADERS, 'Content-Type': type } });
+  return c.body(new Uint8Array(await body), 200, { ...HEADERS, 'Content-Type': type });
 }
 
 /** Mounted at /ui by createApp; `GET /ui/` redirects to `/ui`. Public: the files hold no data. */
 export const dashboard = new Hono()
   .use('*', etag())
-  .get('/', () => serve('index.html'))
+  .get('/', (c) => serve(c, 'index.html'))
   .get('/:file', async (c) => {
     const file = c.req.param('file');
     if (file === 'index.html' || !Object.hasOwn(DASHBOARD_FILES, file)) return c.notFound();
-    return serve(file);
+    return serve(c, file);
   });
