@@ -410,9 +410,16 @@ describe('runTask: failures', () => {
     expect(gone.result.status).toBe('DONE_ERROR');
     expect(lost).toEqual([gone.result.error]);
     expect(lost[0]).toMatch(/^transcoder could not be started: .*ENOENT/);
-    expect(gone.reporter.text('agent')).toContain(
-      `${fx.dir}/unmounted/ffmpeg is no longer an executable file`,
+    expect(gone.reporter.text('agent')).toContain(`${fx.dir}/unmounted/ffmpeg no longer answers -version`);
+
+    // A wrapper that is still there while the ffmpeg it runs is gone: the shell's 127.
+    const wrapper = fx.script('wrapper-ffmpeg.sh', `exec ${fx.dir}/unmounted/ffmpeg "$@"`);
+    const orphaned = await fx.run(
+      { command: { raw: '-i ${INPUT_FILE} -c:v mpeg4 -y ${OUTPUT_FILE}', resolved: '' } },
+      { transcoderPath: wrapper, onTranscoderLost: (e) => lost.push(e) },
     );
+    expect(orphaned.result.error).toMatch(/^transcoder exited with code 127/);
+    expect(lost).toEqual([gone.result.error, orphaned.result.error]);
 
     // The binary is there but this task's command cannot be started (a NUL byte in an argument): the
     // task's own failure.
@@ -425,7 +432,7 @@ describe('runTask: failures', () => {
     );
     expect(own.result.status).toBe('DONE_ERROR');
     expect(own.result.error).toMatch(/^transcoder could not be started/);
-    expect(lost).toHaveLength(1);
+    expect(lost).toHaveLength(2);
   });
 
   it('fails when the transcoder fails, and post-processing never runs', async () => {

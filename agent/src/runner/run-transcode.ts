@@ -18,7 +18,7 @@ import {
 import type { RunLogs } from './run-logs.ts';
 import { FENCED_OUT, runProcess } from './run-process.ts';
 import { type StepOutcome, toStepOutcome } from './step-outcome.ts';
-import { isExecutableFile, PROBE_TIMEOUT_MS } from './transcoder.ts';
+import { PROBE_TIMEOUT_MS } from './transcoder.ts';
 
 /**
  * Arguments the runner puts in front of every transcoder call, before the user's arguments:
@@ -160,16 +160,17 @@ export async function runTranscode(input: TranscodeInput): Promise<StepOutcome> 
       else
         input.logs.agent.add(`${label}: partial output kept: ${kept}; the path may be other work's by now`);
     }
-    // Not started, and its binary is no longer an executable file (a share unmounted under a running
-    // agent): no fault of this task's. Told before the failure is reported, so the agent can hand the
-    // task back and look for its transcoder again instead of failing every task it claims.
+    // Not started, or ended as a shell does when it cannot run a command (126, 127: a wrapper script
+    // whose ffmpeg is gone), and the transcoder no longer answers `-version` (a share unmounted under a
+    // running agent): no fault of this task's. Told before the failure is reported, so the agent can
+    // hand the task back and look for its transcoder again instead of failing every task it claims.
     if (
       outcome.kind === 'failed' &&
-      result.error !== undefined &&
       input.onTranscoderLost &&
-      !(await isExecutableFile(input.transcoderPath))
+      (result.error !== undefined || result.code === 126 || result.code === 127) &&
+      !(await transcoderAnswers(input.transcoderPath, input.env))
     ) {
-      input.logs.agent.add(`${label}: ${input.transcoderPath} is no longer an executable file`);
+      input.logs.agent.add(`${label}: ${input.transcoderPath} no longer answers -version`);
       input.onTranscoderLost(outcome.error);
     }
     if (outcome.kind !== 'ok') return outcome;
@@ -247,4 +248,16 @@ async function removePartialOutput(file: string, before: FileIdentity | null, lo
   } catch (err) {
     logs.agent.add(`transcoder: could not remove partial output ${file}: ${(err as Error).message}`);
   }
+}
+
+/** Whether the transcoder still runs at all (`-version` exits 0 within PROBE_TIMEOUT_MS). */
+async function transcoderAnswers(transcoderPath: string, env: NodeJS.ProcessEnv): Promise<boolean> {
+  const result = await runProcess({
+    file: transcoderPath,
+    args: ['-version'],
+    env,
+    signal: AbortSignal.timeout(PROBE_TIMEOUT_MS),
+    graceMs: 1000,
+  });
+  return result.ok;
 }

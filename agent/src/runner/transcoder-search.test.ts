@@ -117,6 +117,36 @@ describe('TranscoderSearch', () => {
     expect(search.attempts).toBe(13);
   });
 
+  it('takes a failure that differs only in its numbers (times, pids, addresses) for the same one', async () => {
+    const { logger, lines } = capture();
+    let clock = 0;
+    let n = 0;
+    let changes = 0;
+    const search = new TranscoderSearch({
+      find: async () => {
+        clock += 5_000;
+        n++;
+        return n > 6
+          ? { ok: true, ...FOUND }
+          : fail(
+              `/mnt/x/ffmpeg -version failed: [vaapi @ 0x55d${n}f0] init failed at ${1700000000 + n} (pid ${4000 + n})`,
+            );
+      },
+      logger,
+      onChange: () => changes++,
+      retryMs: 1,
+      now: () => clock,
+    });
+    await search.start();
+    await until(() => search.found !== null);
+    const errors = lines.filter((l) => l.level === ERROR);
+    expect(errors.map((l) => l.msg)).toEqual([
+      'no working transcoder: this agent claims nothing until one is found',
+    ]);
+    expect(changes).toBe(2); // the failure, then the transcoder found
+    search.stop();
+  });
+
   it('makes one attempt at a time, every retryMs, and none once stopped', async () => {
     const { logger } = capture();
     let running = 0;

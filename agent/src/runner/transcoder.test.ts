@@ -66,7 +66,18 @@ describe('resolveTranscoder', () => {
     const result = await resolveTranscoder({ FFLEET_TRANSCODER: notExecutable, PATH: '/usr/bin' });
     expect(result).toEqual({
       ok: false,
-      error: `FFLEET_TRANSCODER=${notExecutable}: ${notExecutable} is not an executable file`,
+      error: `FFLEET_TRANSCODER=${notExecutable}: ${notExecutable} is not executable (no x permission)`,
+    });
+    const missing = path.join(dir, 'not-mounted', 'ffmpeg');
+    expect(await resolveTranscoder({ FFLEET_TRANSCODER: missing })).toEqual({
+      ok: false,
+      error: `FFLEET_TRANSCODER=${missing}: ${missing} does not exist`,
+    });
+    mkdirSync(path.join(dir, 'a-dir', 'ffmpeg'), { recursive: true });
+    const folder = path.join(dir, 'a-dir', 'ffmpeg');
+    expect(await resolveTranscoder({ FFLEET_TRANSCODER: folder })).toEqual({
+      ok: false,
+      error: `FFLEET_TRANSCODER=${folder}: ${folder} is not a file`,
     });
     expect(await resolveTranscoder({ FFLEET_TRANSCODER: 'nope-ffmpeg', PATH: '/usr/bin' })).toEqual({
       ok: false,

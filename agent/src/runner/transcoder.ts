@@ -37,9 +37,8 @@ export async function resolveTranscoder(
   if (configured) {
     if (configured.includes('/') || configured.includes(path.sep)) {
       const absolute = path.resolve(configured);
-      return (await isExecutableFile(absolute))
-        ? { ok: true, path: absolute, source: 'FFLEET_TRANSCODER' }
-        : { ok: false, error: `FFLEET_TRANSCODER=${configured}: ${absolute} is not an executable file` };
+      if (await isExecutableFile(absolute)) return { ok: true, path: absolute, source: 'FFLEET_TRANSCODER' };
+      return { ok: false, error: `FFLEET_TRANSCODER=${configured}: ${await whyNotExecutable(absolute)}` };
     }
     const found = await findOnPath(configured, env.PATH);
     return found
@@ -85,7 +84,20 @@ export async function findOnPath(name: string, pathEnv: string | undefined): Pro
   return null;
 }
 
-export async function isExecutableFile(file: string): Promise<boolean> {
+/** Why `file` is no executable file, in words an operator can act on. */
+async function whyNotExecutable(file: string): Promise<string> {
+  try {
+    const s = await stat(file);
+    return s.isFile() ? `${file} is not executable (no x permission)` : `${file} is not a file`;
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    return code === 'ENOENT' || code === 'ENOTDIR'
+      ? `${file} does not exist`
+      : `${file} cannot be read (${code ?? errorText(err)})`;
+  }
+}
+
+async function isExecutableFile(file: string): Promise<boolean> {
   try {
     if (!(await stat(file)).isFile()) return false;
     await access(file, constants.X_OK);
@@ -217,6 +229,9 @@ export function parseHwaccels(output: string): string[] {
 function errorText(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
+
+/** An error text with its numbers (decimal and hex) blanked: what stays the same between attempts. */
+const errorShape = (error: string): string => error.replace(/0x[0-9a-f]+|\d+/gi, '#');
 
 /** A transcoder that resolved and passed its probe. */
 export type FoundTranscoder = {
@@ -396,7 +411,9 @@ export class TranscoderSearch {
     const now = this.#now();
     const log = this.#o.logger;
     const fields = { error, retryInS: this.#retryMs / 1000 };
-    if (this.#failingSince === undefined || error !== this.#error) {
+    // The same failure with other numbers (a time, a pid, ffmpeg's `@ 0x55…` addresses) is the same
+    // failure: logged and announced once, not at every attempt.
+    if (this.#failingSince === undefined || errorShape(error) !== errorShape(this.#error)) {
       const first = this.#failingSince === undefined;
       this.#failingSince ??= now;
       this.#error = error;
