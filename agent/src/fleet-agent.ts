@@ -18,6 +18,7 @@ import type { AgentConfig } from './config.ts';
 import { ContactWatch } from './contact-watch.ts';
 import { killOrphanedRuns, RUN_MARK_VAR, runMark } from './orphans.ts';
 import { Outbox } from './outbox/outbox.ts';
+import { withoutCredentials } from './runner/child-env.ts';
 import {
   coalescingReporter,
   FENCED_OUT,
@@ -192,7 +193,14 @@ export class FleetAgent {
       logger: this.#base,
     });
     this.#search = new TranscoderSearch({
-      find: (signal) => findTranscoder(this.#cfg.env, { signal }),
+      find: (signal) =>
+        findTranscoder(this.#cfg.env, {
+          signal,
+          childEnv: withoutCredentials({
+            ...this.#cfg.env,
+            [RUN_MARK_VAR]: runMark(this.#cfg.name, this.#bootId),
+          }),
+        }),
       logger: this.#log,
       onChange: () => this.#transcoderChanged(),
       retryMs: opts.transcoderRetryMs,

@@ -182,6 +182,8 @@ export interface HardwareProbeOptions {
   timeoutMs?: number;
   /** Default {@link HW_PROBE_CONCURRENCY}. */
   concurrency?: number;
+  /** The probes' environment; default `process.env`. */
+  env?: NodeJS.ProcessEnv;
 }
 
 export interface DroppedCapability {
@@ -218,7 +220,7 @@ export async function probeHardware(
   const timeoutMs = options.timeoutMs ?? HW_PROBE_TIMEOUT_MS;
   const limit = limiter(Math.max(1, options.concurrency ?? HW_PROBE_CONCURRENCY));
   const probe = (args: string[], check?: (stderr: string) => string | null) =>
-    limit(() => runProbe(transcoderPath, args, timeoutMs, check));
+    limit(() => runProbe(transcoderPath, args, timeoutMs, options.env, check));
 
   // The encoders that depend on a device are tried only once it initialised.
   const devices = new Map<string, Promise<Outcome>>();
@@ -277,6 +279,7 @@ async function runProbe(
   file: string,
   args: string[],
   timeoutMs: number,
+  env: NodeJS.ProcessEnv | undefined,
   check?: (stderr: string) => string | null,
 ): Promise<Outcome> {
   const abort = new AbortController();
@@ -289,7 +292,7 @@ async function runProbe(
   });
   try {
     const result = await Promise.race([
-      runProcess({ file, args, signal: abort.signal, graceMs: KILL_GRACE_MS }),
+      runProcess({ file, args, signal: abort.signal, graceMs: KILL_GRACE_MS, ...(env ? { env } : {}) }),
       gaveUp,
     ]);
     if (result === 'gave-up' || result.canceled)

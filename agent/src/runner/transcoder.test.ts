@@ -4,7 +4,9 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { withoutCredentials } from './child-env.ts';
 import {
+  findTranscoder,
   parseEncoders,
   parseHwaccels,
   parseVersion,
@@ -166,6 +168,26 @@ describe('probeTranscoder', () => {
 
 /** A box with a GPU (or one passed into this container) may keep some hardware: the test is for one without. */
 const GPU_LESS = !['/dev/dri', '/dev/nvidiactl', '/dev/dxg'].some((p) => existsSync(p));
+
+describe('findTranscoder', () => {
+  it("runs the probe commands with the environment it is given (the agent's runs': its mark, no credentials)", async () => {
+    const seen = path.join(dir, 'seen');
+    const wrapper = path.join(dir, 'ffmpeg-wrapper');
+    writeFileSync(
+      wrapper,
+      `#!/bin/sh\necho "mark=$FFLEET_AGENT_RUN token=$FFLEET_AGENT_TOKEN" >> ${seen}\nexec ffmpeg "$@"\n`,
+    );
+    chmodSync(wrapper, 0o755);
+    const env = { ...process.env, FFLEET_TRANSCODER: wrapper, FFLEET_AGENT_TOKEN: 'secret-token' };
+    const found = await findTranscoder(env, {
+      childEnv: { ...withoutCredentials(env), FFLEET_AGENT_RUN: 'box-1:boot:123:456' },
+    });
+    expect(found.ok).toBe(true);
+    const lines = readFileSync(seen, 'utf8').trim().split('\n');
+    expect(lines.length).toBeGreaterThanOrEqual(3); // -version, -encoders, -hwaccels
+    expect(new Set(lines)).toEqual(new Set(['mark=box-1:boot:123:456 token=']));
+  });
+});
 
 describe('probeTranscoder: hardware', () => {
   it.skipIf(!GPU_LESS)(

@@ -123,6 +123,8 @@ export type ProbeTranscoderResult =
 export type ProbeTranscoderOptions = HardwareProbeOptions & {
   /** Aborted: the probe commands running are stopped and the probe fails (the agent is stopping). */
   signal?: AbortSignal;
+  /** The probe commands' environment; default `process.env`. */
+  env?: NodeJS.ProcessEnv;
 };
 
 /** How long each probe command may take; a healthy ffmpeg answers in milliseconds. */
@@ -140,7 +142,8 @@ export async function probeTranscoder(
   transcoderPath: string,
   options: ProbeTranscoderOptions = {},
 ): Promise<ProbeTranscoderResult> {
-  const { signal, ...hardwareOptions } = options;
+  const { signal, env, ...rest } = options;
+  const hardwareOptions: HardwareProbeOptions = env ? { ...rest, env } : rest;
   // Output is collected line by line: the encoder list is longer than a result's tail.
   const run = async (args: string[]) => {
     const lines: string[] = [];
@@ -152,6 +155,7 @@ export async function probeTranscoder(
       // probe up until it does: probing again meanwhile would only add another such process.
       signal: signal ? AbortSignal.any([timeout, signal]) : timeout,
       graceMs: 1000,
+      ...(env ? { env } : {}),
       onStdoutLine: (line) => lines.push(line),
     });
     return { ...result, stdout: lines.join('\n') };
@@ -245,15 +249,22 @@ export type FoundTranscoder = {
 
 export type FindTranscoderResult = ({ ok: true } & FoundTranscoder) | { ok: false; error: string };
 
-/** Resolve the transcoder ({@link resolveTranscoder}) and probe it ({@link probeTranscoder}). */
+/**
+ * Resolve the transcoder ({@link resolveTranscoder}) and probe it ({@link probeTranscoder}); the probe
+ * commands run with `opts.childEnv` (the agent gives them its runs' environment: no credentials, its
+ * run mark, so a restarted agent kills what a probe of a dead one left behind).
+ */
 export async function findTranscoder(
   env: NodeJS.ProcessEnv,
-  opts: { signal?: AbortSignal } = {},
+  opts: { signal?: AbortSignal; childEnv?: NodeJS.ProcessEnv } = {},
 ): Promise<FindTranscoderResult> {
   const resolved = await resolveTranscoder(env);
   if (!resolved.ok) return resolved;
   // The probe's errors start with the path.
-  const probed = await probeTranscoder(resolved.path, { signal: opts.signal });
+  const probed = await probeTranscoder(resolved.path, {
+    ...(opts.signal ? { signal: opts.signal } : {}),
+    ...(opts.childEnv ? { env: opts.childEnv } : {}),
+  });
   if (!probed.ok) return probed;
   const { version, encoders, hwaccels, hardware } = probed;
   return { ok: true, path: resolved.path, source: resolved.source, version, encoders, hwaccels, hardware };
