@@ -23,6 +23,7 @@ const COMPONENTS: Record<string, z.ZodType> = {
   BatchCreate: S.BatchCreate,
   Watchfolder: S.Watchfolder,
   WatchfolderCreate: S.WatchfolderCreate,
+  WatchfolderPatch: S.WatchfolderPatch,
   Webhook: S.Webhook,
   WebhookCreate: S.WebhookCreate,
   WebhookExecution: S.WebhookExecution,
@@ -207,6 +208,14 @@ const OPS: Op[] = [
     summary: 'Replace a watchfolder',
     tag: 'watchfolders',
     body: 'WatchfolderCreate',
+    response: 'Watchfolder',
+  },
+  {
+    method: 'patch',
+    path: '/api/v1/watchfolders/{id}',
+    summary: 'Change some fields of a watchfolder (e.g. {"suspended": true}); the rest stays as stored',
+    tag: 'watchfolders',
+    body: 'WatchfolderPatch',
     response: 'Watchfolder',
   },
   {

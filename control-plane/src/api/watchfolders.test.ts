@@ -235,6 +235,63 @@ describe('watchfolder routes', () => {
     );
   });
 
+  it('PATCH changes the fields given and keeps the rest (a suspend does not undo an edit made meanwhile)', async () => {
+    const wf = await create({
+      ...VALID.watchfolder(preset),
+      name: 'patched',
+      description: 'd',
+      filter: { extensions: { include: ['mov'], exclude: ['tmp'] } },
+      agent: 'node-1',
+    });
+    const changed = rec.calls.watchfoldersChanged;
+    // Another client's edit, then a suspend based on the older copy: both stay.
+    await json(await t.call('PUT', `/api/v1/watchfolders/${wf.id}`, { ...wf, interval: 42 }));
+    const suspended = await json(await t.call('PATCH', `/api/v1/watchfolders/${wf.id}`, { suspended: true }));
+    expect(suspended).toEqual({ ...wf, interval: 42, suspended: true, updatedAt: suspended.updatedAt });
+    expect(rec.calls.watchfoldersChanged).toBe(changed + 2);
+    const ev = (await eventRows(t.db, 'watchfolder.updated')).filter((e) => e.payload.data.id === wf.id);
+    expect(ev.at(-1)?.payload.data).toEqual(suspended);
+
+    // `filter` is replaced whole; `agent: null` unpins; response-only fields are ignored.
+    const more = await json(
+      await t.call('PATCH', `/api/v1/watchfolders/${wf.id}`, {
+        filter: { extensions: { exclude: ['part'] } },
+        agent: null,
+        lastCheck: 5,
+      }),
+    );
+    expect(more).toMatchObject({
+      name: 'patched',
+      description: 'd',
+      interval: 42,
+      suspended: true,
+      filter: { extensions: { include: [], exclude: ['part'] } },
+      agent: null,
+    });
+    expect(await json(await t.call('GET', `/api/v1/watchfolders/${wf.id}`))).toEqual(more);
+
+    // Each field is validated as on create; a taken name is 409; unknown ids 404.
+    await create({ ...VALID.watchfolder(preset), name: 'patched-taken' });
+    const taken = await expectProblem(
+      await t.call('PATCH', `/api/v1/watchfolders/${wf.id}`, { name: 'patched-taken' }),
+      409,
+      'WATCHFOLDER_NAME_TAKEN',
+    );
+    expect(taken.detail).toContain('"patched-taken"');
+    const invalid = await expectProblem(
+      await t.call('PATCH', `/api/v1/watchfolders/${wf.id}`, { interval: 0, nope: 1 }),
+      422,
+    );
+    expect(errorPaths(invalid)).toEqual(expect.arrayContaining(['interval', 'nope']));
+    await expectProblem(await t.call('PATCH', `/api/v1/watchfolders/${wf.id}`, { preset: UNKNOWN_ID }), 422);
+    await expectProblem(
+      await t.call('PATCH', `/api/v1/watchfolders/${UNKNOWN_ID}`, { suspended: false }),
+      404,
+      'WATCHFOLDER_NOT_FOUND',
+    );
+    expect(await json(await t.call('GET', `/api/v1/watchfolders/${wf.id}`))).toEqual(more);
+  });
+
   it('deletes with 204 and emits watchfolder.deleted; deleting again is 404', async () => {
     const wf = await create(VALID.watchfolder(preset));
     const res = await t.call('DELETE', `/api/v1/watchfolders/${wf.id}`);

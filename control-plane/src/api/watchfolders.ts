@@ -1,4 +1,4 @@
-import { WatchfolderCreate } from '@ffleet/shared';
+import { WatchfolderCreate, WatchfolderPatch } from '@ffleet/shared';
 import { Hono } from 'hono';
 import {
   createWatchfolder,
@@ -26,6 +26,14 @@ export const watchfoldersApi = new Hono<ApiEnv>()
   .put('/:id', async (c) => {
     const { data } = await parseJsonBody(c, WatchfolderCreate, READ_ONLY);
     return c.json(await updateWatchfolder(c.var.ctx, c.req.param('id'), data));
+  })
+  // The fields given replace theirs (`filter` whole), the rest stays as stored: `{"suspended": true}`
+  // pauses a folder without sending back, and so overwriting, its whole definition.
+  .patch('/:id', async (c) => {
+    const { data } = await parseJsonBody(c, WatchfolderPatch, READ_ONLY);
+    return c.json(
+      await updateWatchfolder(c.var.ctx, c.req.param('id'), (current) => ({ ...current, ...data })),
+    );
   })
   .delete('/:id', async (c) => {
     await deleteWatchfolder(c.var.ctx, c.req.param('id'));

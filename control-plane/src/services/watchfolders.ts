@@ -103,12 +103,16 @@ const values = (input: WatchfolderCreate) => ({
 });
 
 /** Run a write; a unique violation on the name (a concurrent create/rename) becomes the 409. */
-async function withUniqueName<T>(name: string, write: () => Promise<T>): Promise<T> {
+async function withUniqueName<T>(name: string | (() => string), write: () => Promise<T>): Promise<T> {
   try {
     return await write();
   } catch (err) {
     if (isUniqueViolation(err)) {
-      throw new ConflictError('WATCHFOLDER_NAME_TAKEN', `a watchfolder named ${JSON.stringify(name)} exists`);
+      const taken = typeof name === 'function' ? name() : name;
+      throw new ConflictError(
+        'WATCHFOLDER_NAME_TAKEN',
+        `a watchfolder named ${JSON.stringify(taken)} exists`,
+      );
     }
     throw err;
   }
@@ -149,31 +153,53 @@ export async function getWatchfolder(ctx: ServiceContext, id: string): Promise<W
   return watchfolderDto(ctx.database.db, r);
 }
 
-/** PUT replaces the definition; live state (assignment, lastCheck, error) is kept. */
+/** The stored definition as a create body (what a PATCH changes fields of). */
+const definitionOf = (row: WatchfolderRow): WatchfolderCreate => ({
+  name: row.name,
+  description: row.description,
+  interval: row.interval,
+  growthChecks: row.growthChecks,
+  preset: row.presetId,
+  path: row.path,
+  suspended: row.suspended,
+  filter: row.filter,
+  agent: row.agent,
+});
+
+/**
+ * PUT replaces the definition; live state (assignment, lastCheck, error) is kept. PATCH gives a
+ * function of the stored definition instead (the fields it names replace theirs, `filter` whole),
+ * applied under the row's lock: a suspend does not undo another client's edit made meanwhile.
+ */
 export async function updateWatchfolder(
   ctx: ServiceContext,
   id: string,
-  input: WatchfolderCreate,
+  change: WatchfolderCreate | ((current: WatchfolderCreate) => WatchfolderCreate),
 ): Promise<Watchfolder> {
   if (!isUuid(id)) throw new NotFoundError('watchfolder', id);
-  const wf = await withUniqueName(input.name, () =>
-    transact(ctx, async (tx, ev) => {
-      const [cur] = await tx.select().from(watchfolders).where(eq(watchfolders.id, id)).for('update');
-      if (!cur) throw new NotFoundError('watchfolder', id);
-      await checkRefs(tx, input, id);
-      const now = ctx.now();
-      const v = values(input);
-      // A new path or pinned agent invalidates the last scan's error.
-      const reset = v.path !== cur.path || v.agent !== cur.agent ? { error: '' } : {};
-      const [row] = await tx
-        .update(watchfolders)
-        .set({ ...v, ...reset, updatedAt: now })
-        .where(eq(watchfolders.id, id))
-        .returning();
-      const dto = await watchfolderDto(tx, row!);
-      await ev.emit({ event: 'watchfolder.updated', data: dto, now });
-      return dto;
-    }),
+  let name = typeof change === 'function' ? '' : change.name;
+  const wf = await withUniqueName(
+    () => name,
+    () =>
+      transact(ctx, async (tx, ev) => {
+        const [cur] = await tx.select().from(watchfolders).where(eq(watchfolders.id, id)).for('update');
+        if (!cur) throw new NotFoundError('watchfolder', id);
+        const input = typeof change === 'function' ? change(definitionOf(cur)) : change;
+        name = input.name;
+        await checkRefs(tx, input, id);
+        const now = ctx.now();
+        const v = values(input);
+        // A new path or pinned agent invalidates the last scan's error.
+        const reset = v.path !== cur.path || v.agent !== cur.agent ? { error: '' } : {};
+        const [row] = await tx
+          .update(watchfolders)
+          .set({ ...v, ...reset, updatedAt: now })
+          .where(eq(watchfolders.id, id))
+          .returning();
+        const dto = await watchfolderDto(tx, row!);
+        await ev.emit({ event: 'watchfolder.updated', data: dto, now });
+        return dto;
+      }),
   );
   ctx.fleet.watchfoldersChanged();
   return wf;

@@ -38,6 +38,10 @@ export const WatchfolderCreate = z.strictObject({
 });
 export type WatchfolderCreate = z.infer<typeof WatchfolderCreate>;
 
+/** Body of `PATCH /api/v1/watchfolders/{id}`: the fields given replace theirs (`filter` whole). */
+export const WatchfolderPatch = WatchfolderCreate.partial();
+export type WatchfolderPatch = z.infer<typeof WatchfolderPatch>;
+
 export const Watchfolder = z.object({
   id: z.string(),
   uuid: z.string(),

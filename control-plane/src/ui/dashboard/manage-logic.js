@@ -417,30 +417,6 @@ export function watchfolderFields(w) {
 }
 
 /**
- * The PUT body that changes only what `changes` says (the API has no PATCH: suspending and resuming
- * send the whole definition back).
- * @param {Watchfolder} w
- * @param {Partial<WatchfolderBody>} changes
- * @returns {WatchfolderBody}
- */
-export function watchfolderPut(w, changes) {
-  return {
-    name: w.name,
-    description: w.description,
-    path: w.path,
-    preset: w.preset,
-    interval: w.interval,
-    growthChecks: w.growthChecks,
-    suspended: w.suspended,
-    filter: {
-      extensions: { include: [...w.filter.extensions.include], exclude: [...w.filter.extensions.exclude] },
-    },
-    agent: w.agent,
-    ...changes,
-  };
-}
-
-/**
  * The webhook form's body. The secret is write-only: a blank one is left out (a PUT keeps the one set),
  * `removeSecret` sends `null` (removes it).
  * @param {Fields} f

@@ -1,8 +1,9 @@
 // @ts-check
 // The presets, watchfolders and webhooks tabs: each a paged list (X-Total) with a create/edit form
-// (PUT replaces the whole definition) and a delete that asks first; watchfolders can be suspended and
-// resumed; the webhooks tab lists the delivery attempts, with their details and a redelivery. The
-// lists are loaded when their tab is shown and every 5 s while it is (app.js calls loadTab).
+// (PUT replaces the whole definition) and a delete that asks first; watchfolders can be suspended
+// and resumed (a PATCH of `suspended` alone); the webhooks tab lists the delivery attempts, with
+// their details and a redelivery. The lists are loaded when their tab is shown and every 5 s while
+// it is (app.js calls loadTab).
 import {
   api,
   apiList,
@@ -34,7 +35,6 @@ import {
   WEBHOOK_EVENTS,
   watchfolderBody,
   watchfolderFields,
-  watchfolderPut,
   watchfolderState,
   webhookBody,
   webhookFields,
@@ -463,8 +463,8 @@ const watchfolders = pagedList(
 /** @param {Watchfolder} w @param {boolean} suspended */
 function setSuspended(w, suspended) {
   act(watchfolders, w, `${suspended ? 'Suspend' : 'Resume'} “${w.name}”`, async () => {
-    // No PATCH in the API: the whole definition as listed goes back with `suspended` changed.
-    await api('PUT', itemPath('watchfolders', w.id), { body: watchfolderPut(w, { suspended }) });
+    // Only `suspended` is sent: an edit another client made meanwhile stays.
+    await api('PATCH', itemPath('watchfolders', w.id), { body: { suspended } });
   });
 }
 
