@@ -37,8 +37,10 @@ export async function resolveTranscoder(
   if (configured) {
     if (configured.includes('/') || configured.includes(path.sep)) {
       const absolute = path.resolve(configured);
-      if (await isExecutableFile(absolute)) return { ok: true, path: absolute, source: 'FFLEET_TRANSCODER' };
-      return { ok: false, error: `FFLEET_TRANSCODER=${configured}: ${await whyNotExecutable(absolute)}` };
+      const why = await notExecutableReason(absolute);
+      return why === undefined
+        ? { ok: true, path: absolute, source: 'FFLEET_TRANSCODER' }
+        : { ok: false, error: `FFLEET_TRANSCODER=${configured}: ${why}` };
     }
     const found = await findOnPath(configured, env.PATH);
     return found
@@ -84,27 +86,31 @@ export async function findOnPath(name: string, pathEnv: string | undefined): Pro
   return null;
 }
 
-/** Why `file` is no executable file, in words an operator can act on. */
-async function whyNotExecutable(file: string): Promise<string> {
+/**
+ * Why `file` is no executable file, in words an operator can act on; undefined when it is one. One
+ * look decides both (a second look for the wording could see a file that appeared meanwhile).
+ */
+async function notExecutableReason(file: string): Promise<string | undefined> {
+  let isFile: boolean;
   try {
-    const s = await stat(file);
-    return s.isFile() ? `${file} is not executable (no x permission)` : `${file} is not a file`;
+    isFile = (await stat(file)).isFile();
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     return code === 'ENOENT' || code === 'ENOTDIR'
       ? `${file} does not exist`
       : `${file} cannot be read (${code ?? errorText(err)})`;
   }
+  if (!isFile) return `${file} is not a file`;
+  try {
+    await access(file, constants.X_OK);
+    return undefined;
+  } catch {
+    return `${file} is not executable (no x permission)`;
+  }
 }
 
 async function isExecutableFile(file: string): Promise<boolean> {
-  try {
-    if (!(await stat(file)).isFile()) return false;
-    await access(file, constants.X_OK);
-    return true;
-  } catch {
-    return false;
-  }
+  return (await notExecutableReason(file)) === undefined;
 }
 
 export type ProbeTranscoderResult =
