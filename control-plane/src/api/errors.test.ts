@@ -88,6 +88,32 @@ describe('error responses', () => {
         { path: 'interval', message: 'is required' },
       ]),
     );
+    // Bounds, types and choices in words, not zod's ("Too big: expected number to be <=1000").
+    const worded = async (path: string, body: object) =>
+      (await expectProblem(await t.call('POST', path, body), 422)).errors;
+    const task = { command: '-i a b' };
+    expect(await worded('/api/v1/tasks', { ...task, priority: 5000 })).toEqual([
+      { path: 'priority', message: 'must be at most 1000' },
+    ]);
+    expect(
+      await worded('/api/v1/tasks', { ...task, priority: 1.5, metadata: 5, name: 'x'.repeat(1001) }),
+    ).toEqual([
+      { path: 'name', message: 'must be at most 1000 characters' },
+      { path: 'priority', message: 'must be a whole number' },
+      { path: 'metadata', message: 'must be an object' },
+    ]);
+    expect(await worded('/api/v1/tasks', { ...task, priority: 'high' })).toEqual([
+      { path: 'priority', message: 'must be a number' },
+    ]);
+    const [event] = (await worded('/api/v1/webhooks', { event: 'nope', url: 'http://x/' })) ?? [];
+    expect(event).toEqual({
+      path: 'event',
+      message: expect.stringMatching(/^must be one of: task\.created, /),
+    });
+    // A schema's own words are kept.
+    expect(await worded('/api/v1/tasks', { ...task, requires: ['bad label!'] })).toEqual([
+      { path: 'requires.0', message: 'letters, digits and _ . : - / only' },
+    ]);
     const blank = await expectProblem(
       await t.call('POST', '/api/v1/presets', { name: '  ', command: '-i a b' }),
       422,

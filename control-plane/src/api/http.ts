@@ -6,11 +6,66 @@ import { BadRequestError, HttpError, ValidationError } from './errors.ts';
 
 const JSON_TYPE = /^application\/([a-z0-9.+-]+\+)?json\s*(;|$)/i;
 
+/** zod's own wording (a schema's custom message never starts so): it is reworded for operators. */
+const ZOD_DEFAULT = /^(Too small|Too big|Invalid input|Invalid option):/;
+
+const UNITS: Record<string, [string, string]> = {
+  string: ['character', 'characters'],
+  array: ['item', 'items'],
+  set: ['item', 'items'],
+};
+
+/** A bound in words: `at least 1`, `at most 200 characters`, `more than 0`. */
+function bound(
+  kind: 'min' | 'max',
+  origin: string,
+  value: number | bigint,
+  inclusive: boolean | undefined,
+): string {
+  const n = Number(value);
+  const unit = UNITS[origin];
+  const words =
+    inclusive === false
+      ? kind === 'min'
+        ? 'more than'
+        : 'less than'
+      : kind === 'min'
+        ? 'at least'
+        : 'at most';
+  return unit ? `${words} ${n} ${n === 1 ? unit[0] : unit[1]}` : `${words} ${n}`;
+}
+
+/** What zod said, in the words an operator reads (its default messages only). */
+function reworded(issue: z.core.$ZodIssue): string {
+  if (!ZOD_DEFAULT.test(issue.message)) return issue.message;
+  switch (issue.code) {
+    case 'invalid_type':
+      if (issue.message.endsWith('received undefined')) return 'is required';
+      return `must be ${article(EXPECTED[issue.expected] ?? issue.expected)}`;
+    case 'too_small':
+      if (issue.origin === 'string' && Number(issue.minimum) === 1) return 'must not be empty';
+      if (issue.origin === 'array' && Number(issue.minimum) === 1) return 'must not be empty';
+      return `must be ${bound('min', issue.origin, issue.minimum, issue.inclusive)}`;
+    case 'too_big':
+      return `must be ${bound('max', issue.origin, issue.maximum, issue.inclusive)}`;
+    case 'invalid_value':
+      return `must be one of: ${issue.values.map((v) => (typeof v === 'string' ? v : JSON.stringify(v))).join(', ')}`;
+    default:
+      return issue.message;
+  }
+}
+
+/** zod's type names where JSON has another word. */
+const EXPECTED: Record<string, string> = { int: 'whole number', record: 'object' };
+
+const article = (type: string): string => (/^[aeiou]/.test(type) ? `an ${type}` : `a ${type}`);
+
 /**
- * Map zod issues to `{path, message}` (unknown keys get one entry each, at their own path). A missing
- * field says `is required` and an empty string `must not be empty`, instead of zod's wording for
- * developers ("Invalid input: expected string, received undefined", "Too small: expected string to
- * have >=1 characters"); a field is named once per message (an empty name is also blank).
+ * Map zod issues to `{path, message}` (unknown keys get one entry each, at their own path), worded for
+ * an operator: `is required`, `must not be empty`, `must be at most 1000`, `must be one of: a, b`
+ * instead of zod's wording for developers ("Invalid input: expected string, received undefined", "Too
+ * small: expected string to have >=1 characters"); a field is named once per message (an empty name is
+ * also blank). A schema's own messages are kept.
  */
 export function zodIssues(error: z.ZodError): { path: string; message: string }[] {
   const out: { path: string; message: string }[] = [];
@@ -19,14 +74,12 @@ export function zodIssues(error: z.ZodError): { path: string; message: string }[
     const base = issue.path.map(String).join('.');
     if (issue.code === 'unrecognized_keys') {
       for (const k of issue.keys) out.push({ path: base ? `${base}.${k}` : k, message: 'unknown field' });
-    } else if (issue.code === 'too_small' && issue.origin === 'string' && Number(issue.minimum) === 1) {
-      empty.add(base);
-      out.push({ path: base, message: 'must not be empty' });
-    } else if (issue.code === 'invalid_type' && issue.message.endsWith('received undefined')) {
-      out.push({ path: base, message: 'is required' });
-    } else if (!(empty.has(base) && issue.message === 'must not be blank')) {
-      out.push({ path: base, message: issue.message });
+      continue;
     }
+    const message = reworded(issue);
+    if (message === 'must not be empty') empty.add(base);
+    else if (empty.has(base) && message === 'must not be blank') continue;
+    out.push({ path: base, message });
   }
   return out;
 }
