@@ -13,15 +13,18 @@ const {
   mergeTaskEvent,
   newestFirst,
   pageLabel,
+  parseHash,
   parseTaskEvent,
   percent,
   problemMessage,
+  progressView,
   reconnectDelay,
   SseParser,
   statusClass,
   statusLabel,
   TASK_STATUSES,
   taskListQuery,
+  tasksHash,
 } = logic;
 
 type Msg = { event: string; data: string; id: string };
@@ -303,6 +306,38 @@ describe('mergeTaskEvent', () => {
   });
 });
 
+describe('the address keeps the tab, and the tasks tab its filter and page', () => {
+  const TABS = ['tasks', 'presets', 'watchfolders', 'webhooks'];
+
+  it('reads the tab, the status filter and the page (1-based in the address)', () => {
+    expect(parseHash('#tasks?status=QUEUED,PRE_PROCESSING,RUNNING&page=3', TABS)).toEqual({
+      tab: 'tasks',
+      statuses: ['QUEUED', 'PRE_PROCESSING', 'RUNNING'],
+      page: 2,
+    });
+    expect(parseHash('#presets', TABS)).toEqual({ tab: 'presets', statuses: [], page: 0 });
+    expect(parseHash('', TABS)).toEqual({ tab: 'tasks', statuses: [], page: 0 });
+    expect(parseHash('webhooks', TABS).tab).toBe('webhooks');
+    expect(parseHash('#nope?page=2', TABS)).toEqual({ tab: 'tasks', statuses: [], page: 1 });
+  });
+
+  it('leaves out unknown statuses (and repeats) and pages that are no whole number ≥ 1', () => {
+    expect(parseHash('#tasks?status=RUNNING,bogus,RUNNING,running', TABS).statuses).toEqual(['RUNNING']);
+    for (const page of ['0', '-1', '1.5', 'x', '', '1e3', '99999999'])
+      expect(parseHash(`#tasks?page=${page}`, TABS).page, page).toBe(0);
+    expect(parseHash('#tasks?page=1', TABS).page).toBe(0);
+  });
+
+  it('writes the hash of the tasks tab, and reads it back', () => {
+    expect(tasksHash({ statuses: [], page: 0 })).toBe('tasks');
+    expect(tasksHash({ statuses: ['DONE_ERROR'], page: 0 })).toBe('tasks?status=DONE_ERROR');
+    expect(tasksHash({ statuses: [], page: 4 })).toBe('tasks?page=5');
+    const q = { statuses: ['DONE_SUCCESSFUL', 'DONE_ERROR', 'DONE_CANCELED'], page: 1 };
+    expect(tasksHash(q)).toBe('tasks?status=DONE_SUCCESSFUL,DONE_ERROR,DONE_CANCELED&page=2');
+    expect(parseHash(`#${tasksHash(q)}`, TABS)).toEqual({ tab: 'tasks', ...q });
+  });
+});
+
 describe('formatting', () => {
   it('durations', () => {
     expect(formatDuration(0)).toBe('0s');
@@ -341,6 +376,17 @@ describe('formatting', () => {
     expect(pageLabel({ page: 0, perPage: 50, total: 123, count: 50 })).toBe('1–50 of 123');
     expect(pageLabel({ page: 2, perPage: 50, total: 123, count: 23 })).toBe('101–123 of 123');
     expect(pageLabel({ page: 0, perPage: 50, total: 0, count: 0 })).toBe('0 of 0');
+  });
+
+  it("a running task's progress: no percentage while nothing is known (its duration is unknown)", () => {
+    // The agent reports progress 0 and remaining -1 until the transcoder tells the input's length, and
+    // for the whole run when it never does: that is no "0%".
+    expect(progressView({ progress: 0, remaining: -1 })).toEqual({ value: null, text: 'progress unknown' });
+    expect(progressView({ progress: 0, remaining: Number.NaN }).value).toBeNull();
+    expect(progressView({ progress: 0, remaining: 600 })).toEqual({ value: 0, text: '0% · 10m 00s left' });
+    expect(progressView({ progress: 42.7, remaining: 65 })).toEqual({ value: 42, text: '42% · 1m 05s left' });
+    // A segment's start, no estimate: the percentage alone.
+    expect(progressView({ progress: 30, remaining: -1 })).toEqual({ value: 30, text: '30%' });
   });
 
   it('statuses: labels, classes (server text never picks a class), open and done', () => {

@@ -13,12 +13,16 @@ import * as manage from './dashboard/manage-logic.js';
 
 const { parseProblem } = logic;
 const {
+  editConflict,
   executionDetails,
   executionSummary,
+  failureSummary,
   fieldItems,
   filterLabel,
   formatMs,
   listQuery,
+  listStateLine,
+  mergeEdit,
   pageToReload,
   parseDirectWebhooks,
   parseExtensions,
@@ -29,6 +33,7 @@ const {
   presetBody,
   presetFields,
   presetHasAdvanced,
+  presetNamesStale,
   taskBody,
   WATCHFOLDER_DEFAULTS,
   WEBHOOK_EVENTS,
@@ -383,6 +388,89 @@ describe('field errors on a form', () => {
   });
 });
 
+describe('saving an edit when the item changed elsewhere meanwhile', () => {
+  const opened: Fields = { name: 'web', command: '-i a', priority: '0', requires: '', flag: false };
+
+  it('unchanged elsewhere: nothing to merge', () => {
+    const mine = { ...opened, command: '-i mine' };
+    expect(mergeEdit(opened, mine, opened)).toEqual({ values: mine, taken: [], clashes: [] });
+  });
+
+  it('takes what changed elsewhere where the operator left the field, keeps the operator’s own changes', () => {
+    const mine = { ...opened, command: '-i mine', priority: '5' };
+    const current = { ...opened, name: 'web-renamed', priority: '9', requires: 'gpu', flag: true };
+    expect(mergeEdit(opened, mine, current)).toEqual({
+      values: { ...mine, name: 'web-renamed', requires: 'gpu', flag: true },
+      taken: ['name', 'requires', 'flag'],
+      clashes: ['priority'], // both changed it, differently: the operator's value stays, marked
+    });
+    // Both made the same change: no clash.
+    expect(mergeEdit(opened, { ...opened, priority: '9' }, { ...opened, priority: '9' }).clashes).toEqual([]);
+  });
+
+  it('says what changed, when, and that a second Save saves the form as it is', () => {
+    const now = new Date(2026, 10, 24, 15, 30, 0).getTime();
+    const at = new Date(2026, 10, 24, 15, 29, 58).getTime();
+    const current = {
+      ...opened,
+      name: 'web-renamed',
+      priority: '9',
+      command: `-i ${'x'.repeat(200)}`,
+      flag: true,
+    };
+    const out = editConflict(
+      'preset',
+      at,
+      { taken: ['name', 'flag', 'command'], clashes: ['priority'] },
+      current,
+      now,
+    );
+    expect(out.summary).toBe(
+      'Not saved: this preset was changed elsewhere since you opened it (at 15:29:58). The marked fields now show what changed; where you had changed a field too, your value is kept. Check the form, then Save again to save it as it is now, or Cancel.',
+    );
+    expect(out.errors).toEqual([
+      { path: 'priority', message: 'changed elsewhere to “9”: Save again to replace it with yours' },
+      { path: 'name', message: 'changed elsewhere: now “web-renamed”' },
+      { path: 'flag', message: 'changed elsewhere: now on' },
+      { path: 'command', message: `changed elsewhere: now “-i ${'x'.repeat(116)}…”` },
+    ]);
+    expect(editConflict('webhook', at, { taken: [], clashes: [] }, opened, now)).toEqual({
+      summary:
+        'Not saved: this webhook was changed elsewhere since you opened it (at 15:29:58). None of the values this form shows differ. Check the form, then Save again to save it as it is now, or Cancel.',
+      errors: [],
+    });
+    expect(editConflict('preset', at, { taken: ['requires'], clashes: [] }, opened, now).errors).toEqual([
+      { path: 'requires', message: 'changed elsewhere: now empty' },
+    ]);
+  });
+});
+
+describe('a form whose request got no answer', () => {
+  it('a create may have happened: check the list before sending again (the task form: unchanged is safe)', () => {
+    expect(
+      failureSummary(0, 'the control plane cannot be reached', {
+        noun: 'task',
+        creating: true,
+        idempotent: true,
+      }),
+    ).toBe(
+      'No answer from the control plane (the connection failed or dropped): the task may have been created. Check the list before sending again (sent again without a change, it is not created twice).',
+    );
+    expect(failureSummary(0, '', { noun: 'preset', creating: true })).toBe(
+      'No answer from the control plane (the connection failed or dropped): the preset may have been created. Check the list before sending again.',
+    );
+    expect(failureSummary(0, '', { noun: 'preset', creating: false })).toBe(
+      'No answer from the control plane (the connection failed or dropped): the change may have been saved. Check the list before sending it again.',
+    );
+  });
+
+  it('an answer is a refusal, with its status', () => {
+    expect(failureSummary(422, 'invalid preset', { noun: 'preset', creating: true })).toBe(
+      'Refused (HTTP 422): invalid preset',
+    );
+  });
+});
+
 describe('lists', () => {
   it('list queries carry the page and the filters that are set', () => {
     expect(listQuery(0, 50)).toBe('page=0&perPage=50');
@@ -397,6 +485,28 @@ describe('lists', () => {
     expect(pageToReload(3, 50, 120, 0)).toBe(2);
     expect(pageToReload(3, 50, 100, 0)).toBe(1);
     expect(pageToReload(3, 50, 0, 0)).toBe(0);
+  });
+
+  it('preset names for the watchfolders table: loaded again when unknown, old, or a preset was saved', () => {
+    const known = new Map([['p1', {}]]);
+    const now = 1_000_000;
+    expect(presetNamesStale(['p1'], known, now - 1000, now, 4000)).toBe(false);
+    expect(presetNamesStale(['p1', 'p2'], known, now - 1000, now, 4000)).toBe(true); // p2 not known yet
+    expect(presetNamesStale(['p1'], known, now - 4000, now, 4000)).toBe(true); // a rename elsewhere shows
+    expect(presetNamesStale([], known, 0, now, 4000)).toBe(true); // never loaded, or a preset saved here
+  });
+
+  it('the line beside a list: a note of an action stays a while before the refresh time', () => {
+    const now = new Date(2026, 10, 24, 15, 30, 0).getTime();
+    expect(listStateLine(now, null, now)).toBe('refreshed 15:30:00');
+    const note = {
+      text: 'redelivery of task.updated queued 15:29:59; its attempts appear here',
+      until: now + 1,
+    };
+    expect(listStateLine(now, note, now)).toBe(
+      'redelivery of task.updated queued 15:29:59; its attempts appear here · refreshed 15:30:00',
+    );
+    expect(listStateLine(now, { ...note, until: now }, now)).toBe('refreshed 15:30:00');
   });
 
   it("a watchfolder's state and filter in words", () => {
@@ -555,6 +665,53 @@ describe('the bodies the forms build are the ones the API takes', () => {
       preset: created.id,
     });
     expect(task.command.raw).toBe(created.command);
+  });
+
+  it('an edit made elsewhere moves updatedAt (PUT, PATCH); merged, the next PUT keeps it and the operator’s change', async () => {
+    const created = await json(
+      await t.call('POST', '/api/v1/presets', { name: 'p-merge', command: '-i a' }),
+      201,
+    );
+    const opened = presetFields(created);
+    await new Promise((r) => setTimeout(r, 5)); // updatedAt is in ms
+    // Another client changes the description while the form is open.
+    const elsewhere = await json(
+      await t.call('PUT', `/api/v1/presets/${created.id}`, {
+        name: 'p-merge',
+        command: '-i a',
+        description: 'theirs',
+      }),
+    );
+    expect(elsewhere.updatedAt).not.toBe(created.updatedAt);
+    const current = await json(await t.call('GET', `/api/v1/presets/${created.id}`));
+    const mine = { ...opened, command: '-i mine' };
+    const merge = mergeEdit(opened, mine, presetFields(current));
+    expect(merge).toMatchObject({ taken: ['description'], clashes: [] });
+    const saved = await json(
+      await t.call('PUT', `/api/v1/presets/${created.id}`, presetBody(merge.values).body),
+    );
+    expect(saved).toMatchObject({ description: 'theirs', command: '-i mine' });
+
+    const preset = await json(await t.call('POST', '/api/v1/presets', { name: 'p-wf', command: '-y' }), 201);
+    const wf = await json(
+      await t.call('POST', '/api/v1/watchfolders', {
+        name: 'wf-merge',
+        path: '/media/in',
+        preset: preset.id,
+        interval: 10,
+        growthChecks: 3,
+      }),
+      201,
+    );
+    await new Promise((r) => setTimeout(r, 5));
+    const suspended = await json(await t.call('PATCH', `/api/v1/watchfolders/${wf.id}`, { suspended: true }));
+    expect(suspended.updatedAt).not.toBe(wf.updatedAt);
+    expect(
+      mergeEdit(watchfolderFields(wf), watchfolderFields(wf), watchfolderFields(suspended)),
+    ).toMatchObject({
+      taken: ['suspended'],
+      values: { suspended: true },
+    });
   });
 
   it('watchfolder: create, suspend and resume keep its definition', async () => {

@@ -164,6 +164,11 @@ describe('the dashboard (/ui)', () => {
     expect(png.toString('latin1')).not.toMatch(/https?:/i);
   });
 
+  it('an element hidden is hidden whatever class shows it (`[hidden]` beats `.fields label.check`)', () => {
+    const css = readFileSync(join(DIR, 'style.css'), 'utf8');
+    expect(css).toMatch(/^\[hidden\] \{[^}]*\bdisplay: none !important;[^}]*\}/m);
+  });
+
   it('the CSP allows nothing inline, no eval and no other origin, and the page needs none of it', async () => {
     for (const bad of ["'unsafe-inline'", "'unsafe-eval'", '*', 'data:', 'http', 'blob:']) {
       expect(DASHBOARD_CSP).not.toContain(bad);
@@ -200,6 +205,47 @@ describe('the dashboard scripts build the DOM from text only', () => {
     }
     // The scan is not blind: it finds a sink in a file that has one.
     expect('row.innerHTML = task.name').toMatch(/\binnerHTML\b/);
+  });
+
+  it("a row's buttons keep only its id, and act on the row as the list has it when clicked", () => {
+    // A row's cells are rebuilt only when their key changes, so a handler that kept the row's object
+    // would act on the row as it was when its buttons were built (an edit form with the old values,
+    // saved back over a newer edit). Handlers may name their row (the cell builders' parameter) only
+    // for its id.
+    const rowNames: Record<string, string[]> = { 'manage.js': ['p', 'w', 'x'], 'app.js': ['t', 'a'] };
+    /** The second argument of each `button(…)` call: its click handler. */
+    const handlers = (source: string) => {
+      const out: string[] = [];
+      for (const m of source.matchAll(/\bbutton\(/g)) {
+        let depth = 1;
+        let commas = 0;
+        let start = -1;
+        let i = m.index + m[0].length;
+        for (; i < source.length && depth > 0; i++) {
+          const c = source[i];
+          if (c === '(' || c === '[' || c === '{') depth++;
+          else if (c === ')' || c === ']' || c === '}') depth--;
+          else if (c === ',' && depth === 1 && ++commas === 1) start = i + 1;
+          else if (c === ',' && depth === 1 && commas === 2) break;
+        }
+        if (start > 0) out.push(source.slice(start, i).trim());
+      }
+      return out;
+    };
+    let seen = 0;
+    for (const [file, names] of Object.entries(rowNames)) {
+      const source = readFileSync(join(DIR, file), 'utf8');
+      for (const handler of handlers(source)) {
+        seen++;
+        for (const name of names) {
+          // `p.name`, `p.suspended`… or `p` itself passed on: only `p.id` is allowed.
+          const kept = new RegExp(`(?<![\\w.$])${name}\\b(?!\\.id\\b)(?=\\s*[.,)])`);
+          expect(handler, `${file}: ${handler}`).not.toMatch(kept);
+        }
+      }
+    }
+    expect(seen).toBeGreaterThanOrEqual(12); // the scan is not blind
+    expect('() => presetForm.open(p)').toMatch(/(?<![\w.$])p\b(?!\.id\b)(?=\s*[.,)])/);
   });
 
   it('type-check cleanly against the DOM with their JSDoc types (tsc --checkJs)', () => {

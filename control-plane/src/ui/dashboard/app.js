@@ -10,6 +10,7 @@ import {
   badge,
   button,
   byId,
+  dateTime,
   el,
   hideError,
   onUnauthorized,
@@ -21,23 +22,24 @@ import {
 import {
   agentState,
   formatAgo,
-  formatDuration,
   formatTime,
   isDoneStatus,
   isOpenStatus,
   mergeTaskEvent,
   pageLabel,
+  parseHash,
   parseTaskEvent,
-  percent,
+  progressView,
   reconnectDelay,
   SseParser,
   statusClass,
   statusLabel,
   TASK_EVENTS,
   taskListQuery,
+  tasksHash,
 } from './logic.js';
-import { clearManage, loadTab } from './manage.js';
-import { closeTaskForm, initTaskForm, openTaskForm } from './task-form.js';
+import { clearManage, initManage, loadTab, resumeManage } from './manage.js';
+import { closeTaskForm, initTaskForm, openTaskForm, resumeTaskForm, suspendTaskForm } from './task-form.js';
 
 /** @typedef {import('./logic.js').Task} Task */
 /** @typedef {import('./logic.js').Agent} Agent */
@@ -92,7 +94,7 @@ let needsToken = false;
 function askForToken(reason) {
   needsToken = true;
   stopEvents();
-  clearData();
+  clearData(true); // a form the operator is filling in for a new item stays, with what they typed
   setConnection('waiting for an API token', 'off');
   ui.authReason.textContent = token() ? `The saved token was refused: ${reason}.` : `${reason}.`;
   ui.auth.hidden = false;
@@ -125,6 +127,7 @@ async function loadTasks() {
     if (seq !== loadSeq) return; // a newer load is on its way
     if (want.page > 0 && tasks.length === 0) {
       query.page = Math.max(0, Math.ceil(total / PER_PAGE) - 1); // the page emptied: show the last one
+      keepQueryInHash();
       return void loadTasks();
     }
     /** @type {TaskView} */
@@ -174,7 +177,7 @@ const taskRows = new Map();
 
 /** @param {Task} t @returns {Cell[]} */
 function taskCells(t) {
-  const pct = percent(t.progress);
+  const progress = progressView(t);
   const postProcessing = t.status === 'RUNNING' && (t.postProcessing?.startedAt ?? 0) > 0;
   const created = formatTime(t.createdAt);
   const finished = formatTime(t.finishedAt);
@@ -193,23 +196,24 @@ function taskCells(t) {
     ],
     [t.status, () => [statusBadge(t.status, statusLabel(t.status))]],
     [
-      JSON.stringify([t.status, pct, t.remaining, postProcessing]),
+      JSON.stringify([t.status, progress, postProcessing]),
       () => {
         if (t.status === 'PRE_PROCESSING') return [el('span', 'muted', 'pre-processing…')];
         if (t.status !== 'RUNNING') return [];
         if (postProcessing) return [el('span', 'muted', 'post-processing…')];
         const bar = el('progress');
         bar.max = 100;
-        bar.value = pct;
-        const left = t.remaining >= 0 ? ` · ${formatDuration(t.remaining)} left` : '';
-        return [bar, el('span', 'muted', `${pct}%${left}`)];
+        // Without a value the bar only says that the task runs (its duration is not known).
+        if (progress.value !== null) bar.value = progress.value;
+        else bar.title = 'The transcoder has not told how long the input is (yet).';
+        return [bar, el('span', 'muted', progress.text)];
       },
       'progress',
     ],
     [t.agent?.name ?? '', () => [t.agent?.name ?? '—']],
     [String(t.attempt), () => [String(t.attempt)], 'num'],
-    [created, () => [created], 'time'],
-    [finished, () => [finished], 'time'],
+    [created, () => dateTime(created), 'time'],
+    [finished, () => dateTime(finished), 'time'],
     [
       JSON.stringify([t.status, isBusy]),
       () => {
@@ -400,7 +404,7 @@ function agentCells(a) {
     ],
     [
       JSON.stringify([a.paused, isBusy]),
-      () => [button(a.paused ? 'Resume' : 'Pause', () => setPaused(a.id, !a.paused), { disabled: isBusy })],
+      () => [button(a.paused ? 'Resume' : 'Pause', () => togglePaused(a.id), { disabled: isBusy })],
       'actions',
     ],
   ];
@@ -411,10 +415,11 @@ function renderAgents() {
   ui.agentsEmpty.hidden = agents.length > 0;
 }
 
-/** @param {string} id @param {boolean} paused */
-async function setPaused(id, paused) {
+/** Pause an agent that is not paused, resume one that is (as the list has it now). @param {string} id */
+async function togglePaused(id) {
   const a = agents.find((x) => x.id === id);
   if (!a || busy.has(id)) return;
+  const paused = !a.paused;
   busy.add(id);
   renderAgents();
   try {
@@ -514,16 +519,20 @@ function closeLogs() {
 
 /**
  * Forget every task, agent, log line, preset, watchfolder and webhook shown (a refused or forgotten
- * token must not leave them up).
+ * token must not leave them up). With `keepDrafts` (a refused token) a form for a new item stays open
+ * with what the operator typed (their own input), without the server data it showed.
+ * @param {boolean} [keepDrafts]
  */
-function clearData() {
+function clearData(keepDrafts = false) {
   view = { tasks: [], total: 0, statuses: view.statuses, page: 0, perPage: PER_PAGE };
   renderTasks();
   agents = [];
   renderAgents();
+  ui.agentsState.textContent = '';
   closeLogs();
-  closeTaskForm();
-  clearManage();
+  if (keepDrafts) suspendTaskForm();
+  else closeTaskForm();
+  clearManage(keepDrafts);
   hideError();
 }
 
@@ -532,14 +541,40 @@ function updateTokenButton() {
 }
 
 // --- tabs: #tasks (tasks and agents), #presets, #watchfolders, #webhooks -------------------------------
+// The tasks tab's hash also keeps its status filter and page: #tasks?status=RUNNING&page=2.
 
 const TABS = /** @type {const} */ (['tasks', 'presets', 'watchfolders', 'webhooks']);
 /** @typedef {typeof TABS[number]} Tab */
+/** The tab shown, null before the first. @type {Tab | null} */
+let shownTab = null;
 
 /** The tab the address asks for; tasks for anything else. @returns {Tab} */
 function currentTab() {
-  const hash = location.hash.replace(/^#/, '');
-  return TABS.find((t) => t === hash) ?? 'tasks';
+  return parseHash(location.hash, TABS).tab;
+}
+
+/** Put the tasks' filter and page in the address (without a history entry), when the tasks tab is shown. */
+function keepQueryInHash() {
+  if (currentTab() !== 'tasks') return;
+  const hash = `#${tasksHash(query)}`;
+  if (location.hash !== hash) history.replaceState(null, '', hash);
+}
+
+/**
+ * Take the tasks' filter and page from the address; a filter the select does not offer is none.
+ * @returns {boolean} whether they changed
+ */
+function queryFromHash() {
+  const place = parseHash(location.hash, TABS);
+  if (place.tab !== 'tasks') return false;
+  let statuses = place.statuses;
+  const value = statuses.join(',');
+  if (!Array.from(ui.statusFilter.options).some((o) => o.value === value)) statuses = [];
+  if (statuses.join(',') === query.statuses.join(',') && place.page === query.page) return false;
+  query.statuses = statuses;
+  query.page = place.page;
+  ui.statusFilter.value = statuses.join(',');
+  return true;
 }
 
 /** Load what the shown tab lists (the tasks are kept current by the event stream on every tab). */
@@ -552,6 +587,7 @@ function refreshTab() {
 
 function showTab() {
   const tab = currentTab();
+  shownTab = tab;
   for (const t of TABS) byId(`view-${t}`).hidden = t !== tab;
   for (const b of document.querySelectorAll('button.tab')) {
     if (!(b instanceof HTMLButtonElement)) continue;
@@ -561,21 +597,39 @@ function showTab() {
   refreshTab();
 }
 
+/** The tasks tab, with the filter and page it had. */
+const tasksTabHash = () => tasksHash(query);
+
 for (const b of document.querySelectorAll('button.tab')) {
   if (!(b instanceof HTMLButtonElement)) continue;
   b.addEventListener('click', () => {
-    location.hash = b.dataset.tab ?? 'tasks';
+    const tab = b.dataset.tab ?? 'tasks';
+    location.hash = tab === 'tasks' ? tasksTabHash() : tab;
   });
 }
-window.addEventListener('hashchange', showTab);
+window.addEventListener('hashchange', () => {
+  if (queryFromHash() && !needsToken) loadTasks();
+  if (currentTab() !== shownTab) showTab();
+});
+// "New task" on a preset: the tasks tab is shown at once, so that the form can take the focus.
+initManage({
+  showTasks() {
+    location.hash = tasksTabHash();
+    if (shownTab !== 'tasks') showTab();
+  },
+});
 
 function start() {
   needsToken = false;
   ui.auth.hidden = true;
   updateTokenButton();
+  queryFromHash();
   loadTasks();
   connectEvents();
   showTab();
+  // Forms kept open through the token prompt get their choices (presets, agents) again.
+  resumeTaskForm();
+  resumeManage();
 }
 
 ui.auth.addEventListener('submit', (e) => {
@@ -596,14 +650,17 @@ ui.statusFilter.addEventListener('change', () => {
   const value = ui.statusFilter.value;
   query.statuses = value === '' ? [] : value.split(',');
   query.page = 0;
+  keepQueryInHash();
   loadTasks();
 });
 ui.pagePrev.addEventListener('click', () => {
   query.page = Math.max(0, view.page - 1);
+  keepQueryInHash();
   loadTasks();
 });
 ui.pageNext.addEventListener('click', () => {
   query.page = view.page + 1;
+  keepQueryInHash();
   loadTasks();
 });
 byId('logs-refresh').addEventListener('click', () => refreshLogs());

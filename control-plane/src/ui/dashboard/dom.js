@@ -4,7 +4,7 @@
 // with field errors. Server data only ever reaches the page as textContent, text nodes or property
 // values, never as markup.
 import { parseProblem, problemMessage } from './logic.js';
-import { fieldItems, placeFieldErrors } from './manage-logic.js';
+import { failureSummary, fieldItems, placeFieldErrors } from './manage-logic.js';
 
 /** @typedef {import('./manage-logic.js').Fields} Fields */
 /** @typedef {import('./logic.js').FieldError} FieldError */
@@ -47,6 +47,18 @@ export function button(label, onClick, opts = {}) {
  * @param {string} className @param {string} text
  */
 export const badge = (className, text) => el('span', `badge ${className}`, text);
+
+/**
+ * A formatted time (`06:51:15`, or `2026-11-27 06:51` for another day): a narrow column may put the
+ * date above the time, but never breaks inside either.
+ * @param {string} text
+ * @returns {(Node | string)[]}
+ */
+export function dateTime(text) {
+  const space = text.indexOf(' ');
+  if (space < 0) return [el('span', 'nowrap', text)];
+  return [el('span', 'nowrap', text.slice(0, space)), ' ', el('span', 'nowrap', text.slice(space + 1))];
+}
 
 /** Text that may be long: shown cut to one line, whole in its tooltip. @param {string} className @param {string} text */
 export function clipped(className, text) {
@@ -307,23 +319,28 @@ export function showFormErrors(form, summary, errors) {
   first?.focus();
 }
 
-/** Thrown by a form's submit when its own checks refuse the values (shown like the API's). */
+/**
+ * Thrown by a form's submit when its own checks refuse the values (shown like the API's), or when it
+ * sent nothing for another reason (`summary`).
+ */
 export class FormInvalid extends Error {
-  /** @param {FieldError[]} errors */
-  constructor(errors) {
+  /** @param {FieldError[]} errors @param {string} [summary] the form's message instead of the usual one */
+  constructor(errors, summary = 'Not sent: some fields need a change.') {
     super('the form has errors');
     this.errors = errors;
+    this.summary = summary;
   }
 }
 
 /**
  * Handle a form in script: it is never submitted (the CSP says form-action 'none'). While `submit`
  * runs the form's buttons are disabled; what it throws is shown on the form (a 401 goes to the token
- * form instead).
+ * form instead). `what` says what the request does, for the message when no answer comes.
  * @param {HTMLFormElement} form
  * @param {(values: Fields) => Promise<void>} submit
+ * @param {() => {noun: string, creating: boolean, idempotent?: boolean}} what
  */
-export function handleForm(form, submit) {
+export function handleForm(form, submit, what) {
   let busy = false;
   form.addEventListener('submit', async (e) => {
     e.preventDefault();
@@ -335,16 +352,11 @@ export function handleForm(form, submit) {
     try {
       await submit(formValues(form));
     } catch (err) {
-      if (err instanceof FormInvalid)
-        showFormErrors(form, 'Not sent: some fields need a change.', err.errors);
+      if (err instanceof FormInvalid) showFormErrors(form, err.summary, err.errors);
       else if (err instanceof ApiError) {
         if (err.status !== 401) {
-          const summary = err.problem?.detail || err.message;
-          showFormErrors(
-            form,
-            `Refused (${err.status === 0 ? 'no connection' : `HTTP ${err.status}`}): ${summary}`,
-            err.problem?.errors ?? [],
-          );
+          const detail = err.problem?.detail || err.message;
+          showFormErrors(form, failureSummary(err.status, detail, what()), err.problem?.errors ?? []);
         }
       } else showFormErrors(form, errorText(err), []);
     } finally {

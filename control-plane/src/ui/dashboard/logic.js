@@ -150,6 +150,21 @@ export function percent(progress) {
 }
 
 /**
+ * What the progress cell of a running task shows: a bar at its percentage, and the time left when it
+ * is known. While nothing is known (progress 0 and no estimate: the input's duration is unknown to the
+ * transcoder, or no progress report came yet) it shows no percentage: `value` null is a bar that only
+ * says the task runs.
+ * @param {Pick<Task, 'progress' | 'remaining'>} t
+ * @returns {{value: number | null, text: string}}
+ */
+export function progressView(t) {
+  const pct = percent(t.progress);
+  const known = Number.isFinite(t.remaining) && t.remaining >= 0;
+  if (pct === 0 && !known) return { value: null, text: 'progress unknown' };
+  return { value: pct, text: known ? `${pct}% · ${formatDuration(t.remaining)} left` : `${pct}%` };
+}
+
+/**
  * The pager's text: `1–50 of 123`, `0 of 0`.
  * @param {{page: number, perPage: number, total: number, count: number}} p `count` = rows on this page
  */
@@ -374,6 +389,39 @@ export function taskListQuery(view) {
   const q = new URLSearchParams({ page: String(view.page), perPage: String(view.perPage) });
   if (view.statuses.length > 0) q.set('status', view.statuses.join(','));
   return q.toString();
+}
+
+/**
+ * What the address's hash says: the tab, and for the tasks tab its status filter and page
+ * (`#tasks?status=QUEUED,RUNNING&page=2`, the page counted from 1 there). Unknown tabs are the tasks
+ * tab; unknown statuses and pages that are no whole number ≥ 1 are left out.
+ * @template {string} T
+ * @param {string} hash `location.hash`, with or without its `#`
+ * @param {readonly T[]} tabs the first is the default
+ * @returns {{tab: T, statuses: string[], page: number}} `page` 0-based
+ */
+export function parseHash(hash, tabs) {
+  const text = hash.replace(/^#/, '');
+  const q = text.indexOf('?');
+  const name = q < 0 ? text : text.slice(0, q);
+  const tab = tabs.find((t) => t === name) ?? /** @type {T} */ (tabs[0]);
+  const params = new URLSearchParams(q < 0 ? '' : text.slice(q + 1));
+  const statuses = (params.get('status') ?? '')
+    .split(',')
+    .filter((s, i, all) => TASK_STATUSES.includes(s) && all.indexOf(s) === i);
+  const page = /^[0-9]{1,6}$/.test(params.get('page') ?? '') ? Number(params.get('page')) : 0;
+  return { tab, statuses, page: Math.max(0, page - 1) };
+}
+
+/**
+ * The hash of the tasks tab with its status filter and page (the first page and no filter are left out).
+ * @param {{statuses: string[], page: number}} q `page` 0-based
+ */
+export function tasksHash(q) {
+  const parts = [];
+  if (q.statuses.length > 0) parts.push(`status=${q.statuses.join(',')}`);
+  if (q.page > 0) parts.push(`page=${q.page + 1}`);
+  return parts.length > 0 ? `tasks?${parts.join('&')}` : 'tasks';
 }
 
 /**

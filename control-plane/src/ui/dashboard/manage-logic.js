@@ -3,7 +3,7 @@
 // bodies built from form fields (and form fields from the API's objects, for editing), field errors
 // placed on the form, delivery attempts described. No DOM, no fetch. manage.js uses it in the browser;
 // control-plane/src/ui/dashboard-manage-logic.test.ts tests it in Node, also against the real API.
-import { formatDuration } from './logic.js';
+import { formatDuration, formatTime } from './logic.js';
 
 /** @typedef {import('./logic.js').FieldError} FieldError */
 
@@ -445,6 +445,98 @@ export function webhookFields(w) {
 }
 
 // ---------------------------------------------------------------------------------------------------
+// Saving an edit: changes made elsewhere meanwhile
+
+/**
+ * An edit form is saved only when the item is as it was when the form opened (its `updatedAt`); else
+ * nothing is sent and the form is merged with the item as it is now: a field the operator left as it
+ * was takes the value set elsewhere (`taken`), a field the operator changed keeps the operator's value
+ * (`clashes` when it was changed elsewhere too, to something else). The next Save compares with the
+ * item as it is now, so it overwrites knowingly what the message named.
+ * @param {Fields} opened the item's fields when the form opened
+ * @param {Fields} mine the form's values
+ * @param {Fields} current the item's fields now
+ * @returns {{values: Fields, taken: string[], clashes: string[]}}
+ */
+export function mergeEdit(opened, mine, current) {
+  /** @type {Fields} */
+  const values = { ...mine };
+  /** @type {string[]} */
+  const taken = [];
+  /** @type {string[]} */
+  const clashes = [];
+  for (const name of Object.keys(current)) {
+    const now = current[name];
+    if (now === undefined || now === opened[name]) continue; // not changed elsewhere
+    if (!(name in mine) || mine[name] === opened[name]) {
+      values[name] = now;
+      taken.push(name);
+    } else if (mine[name] !== now) {
+      clashes.push(name);
+    }
+  }
+  return { values, taken, clashes };
+}
+
+/** A field's value as a message quotes it. @param {string | boolean | undefined} v */
+function quoted(v) {
+  if (typeof v === 'boolean') return v ? 'on' : 'off';
+  if (v === undefined || v === '') return 'empty';
+  const one = v.replace(/\s+/g, ' ').trim();
+  return `“${one.length > 120 ? `${one.slice(0, 119)}…` : one}”`;
+}
+
+/**
+ * What the form says when an edit was not saved because the item changed elsewhere: the summary, and
+ * one note per field the merge touched (shown under the field).
+ * @param {string} noun "preset"
+ * @param {number} changedAt the item's `updatedAt` now
+ * @param {{taken: string[], clashes: string[]}} merge from mergeEdit
+ * @param {Fields} current the item's fields now
+ * @param {number} [now]
+ * @returns {{summary: string, errors: FieldError[]}}
+ */
+export function editConflict(noun, changedAt, merge, current, now = Date.now()) {
+  const at = formatTime(changedAt, now);
+  /** @type {FieldError[]} */
+  const errors = [
+    ...merge.clashes.map((path) => ({
+      path,
+      message: `changed elsewhere to ${quoted(current[path])}: Save again to replace it with yours`,
+    })),
+    ...merge.taken.map((path) => ({ path, message: `changed elsewhere: now ${quoted(current[path])}` })),
+  ];
+  const what =
+    errors.length > 0
+      ? ' The marked fields now show what changed; where you had changed a field too, your value is kept.'
+      : ' None of the values this form shows differ.';
+  return {
+    summary: `Not saved: this ${noun} was changed elsewhere since you opened it (at ${at}).${what} Check the form, then Save again to save it as it is now, or Cancel.`,
+    errors,
+  };
+}
+
+// ---------------------------------------------------------------------------------------------------
+// A form's failed request
+
+/**
+ * The first line of a form whose request failed. Without an answer (status 0: the connection failed or
+ * dropped) the server may have done it all the same: a create is not refused, it is unknown.
+ * @param {number} status the HTTP status; 0 for no answer
+ * @param {string} detail the API's detail (unused without an answer)
+ * @param {{noun: string, creating: boolean, idempotent?: boolean}} what what the form sends; `idempotent`:
+ *   the same values sent again are not created twice (an Idempotency-Key)
+ */
+export function failureSummary(status, detail, what) {
+  if (status !== 0) return `Refused (HTTP ${status}): ${detail}`;
+  const lost = 'No answer from the control plane (the connection failed or dropped)';
+  if (!what.creating)
+    return `${lost}: the change may have been saved. Check the list before sending it again.`;
+  const again = what.idempotent ? ' (sent again without a change, it is not created twice)' : '';
+  return `${lost}: the ${what.noun} may have been created. Check the list before sending again${again}.`;
+}
+
+// ---------------------------------------------------------------------------------------------------
 // Field errors on a form
 
 /**
@@ -530,6 +622,32 @@ export function listQuery(page, perPage, filters = {}) {
 export function pageToReload(page, perPage, total, count) {
   if (page === 0 || count > 0) return null;
   return Math.max(0, Math.ceil(total / perPage) - 1);
+}
+
+/**
+ * Must the preset names (for the watchfolders table) be loaded again? When a watchfolder names a preset
+ * not known yet, and when they are older than `maxAgeMs` (a rename elsewhere shows at the next refresh);
+ * `loadedAt` 0 means never (or a preset was saved here since).
+ * @param {string[]} presetIds the presets the watchfolders listed name
+ * @param {{has: (id: string) => boolean}} known
+ * @param {number} loadedAt
+ * @param {number} now
+ * @param {number} maxAgeMs
+ */
+export function presetNamesStale(presetIds, known, loadedAt, now, maxAgeMs) {
+  return loadedAt <= 0 || now - loadedAt >= maxAgeMs || presetIds.some((id) => !known.has(id));
+}
+
+/**
+ * The line beside a list's title: when it was refreshed, after a note of an action (a redelivery
+ * queued) while the note is fresh.
+ * @param {number} refreshedAt Unix ms
+ * @param {{text: string, until: number} | null} note
+ * @param {number} [now]
+ */
+export function listStateLine(refreshedAt, note, now = Date.now()) {
+  const refreshed = `refreshed ${formatTime(refreshedAt, now)}`;
+  return note && now < note.until ? `${note.text} · ${refreshed}` : refreshed;
 }
 
 /**

@@ -1,10 +1,13 @@
 // @ts-check
 // The presets, watchfolders and webhooks tabs: each a paged list (X-Total) with a create/edit form
-// (PUT replaces the whole definition) and a delete that asks first; watchfolders can be suspended
-// and resumed (a PATCH of `suspended` alone); the webhooks tab lists the delivery attempts, with
-// their details and a redelivery. The lists are loaded when their tab is shown and every 5 s while
-// it is (app.js calls loadTab).
+// (PUT replaces the whole definition, and is sent only when the item did not change elsewhere since
+// the form opened) and a delete that asks first; watchfolders can be suspended and resumed (a PATCH of
+// `suspended` alone); the webhooks tab lists the delivery attempts, with their details and a
+// redelivery. The lists are loaded when their tab is shown and every 5 s while it is (app.js calls
+// loadTab). A row's buttons act on the row as the list has it when they are clicked, never on the copy
+// they were built with (a cell is rebuilt only when its key changes).
 import {
+  ApiError,
   api,
   apiList,
   badge,
@@ -12,10 +15,12 @@ import {
   byId,
   clearFormErrors,
   clipped,
+  dateTime,
   el,
   errorText,
   FormInvalid,
   fillForm,
+  formValues,
   handleForm,
   isUnauthorized,
   report,
@@ -23,14 +28,18 @@ import {
 } from './dom.js';
 import { formatAgo, formatTime, pageLabel } from './logic.js';
 import {
+  editConflict,
   executionDetails,
   executionSummary,
   filterLabel,
   listQuery,
+  listStateLine,
+  mergeEdit,
   pageToReload,
   presetBody,
   presetFields,
   presetHasAdvanced,
+  presetNamesStale,
   WATCHFOLDER_DEFAULTS,
   WEBHOOK_EVENTS,
   watchfolderBody,
@@ -53,6 +62,19 @@ import { openTaskForm } from './task-form.js';
 const PER_PAGE = 50;
 /** The most presets or agents one select lists (the API's largest page). */
 const CATALOG = 1000;
+/** The preset names of the watchfolders table are loaded again at a refresh (every 5 s) older than this. */
+const CATALOG_MAX_AGE = 4000;
+/** How long a note beside a list's title (a redelivery queued) stays before its refresh time. */
+const NOTE_MS = 20_000;
+
+/** Show the tasks tab now (app.js sets it: the new-task form can only take the focus once shown). */
+let showTasks = () => {
+  location.hash = 'tasks';
+};
+/** @param {{showTasks: () => void}} hooks */
+export function initManage(hooks) {
+  showTasks = hooks.showTasks;
+}
 
 /** Rows with an action in flight (their buttons are disabled). */
 const busy = new Set();
@@ -65,7 +87,7 @@ const busy = new Set();
  * @property {() => void} clear forget the rows (and go back to the first page)
  * @property {(id: string) => T | undefined} find
  * @property {(page: number) => void} goTo
- * @property {(text: string) => void} say the line beside the list's title
+ * @property {(text: string) => void} say a note beside the list's title (kept a while, before the refresh time)
  */
 
 /**
@@ -93,6 +115,9 @@ function pagedList(prefix, url, cells, before) {
   /** @type {T[]} */
   let items = [];
   let seq = 0;
+  let refreshedAt = 0;
+  /** @type {{text: string, until: number} | null} */
+  let note = null;
 
   function render() {
     syncRows(tbody, rows, items, (item) => item.id, cells);
@@ -119,7 +144,8 @@ function pagedList(prefix, url, cells, before) {
       total = got.total;
       loaded = true;
       render();
-      state.textContent = `refreshed ${formatTime(Date.now())}`;
+      refreshedAt = Date.now();
+      state.textContent = listStateLine(refreshedAt, note, refreshedAt);
     } catch (err) {
       if (mine !== seq || isUnauthorized(err)) return;
       state.textContent = `refresh failed: ${errorText(err)}`;
@@ -144,18 +170,21 @@ function pagedList(prefix, url, cells, before) {
       page = 0;
       loaded = false;
       render();
+      refreshedAt = 0;
+      note = null;
       state.textContent = '';
     },
     find: (id) => items.find((i) => i.id === id),
     goTo,
     say(text) {
+      note = { text, until: Date.now() + NOTE_MS };
       state.textContent = text;
     },
   };
 }
 
 /**
- * @template {{id: string}} T
+ * @template {{id: string, updatedAt: number}} T
  * @template B
  * @typedef {object} FormOptions
  * @property {string} prefix elements `<prefix>-form`, `-form-title`, `-form-submit`, `-form-cancel`, `-new`
@@ -166,13 +195,21 @@ function pagedList(prefix, url, cells, before) {
  * @property {Fields} blank the form's values for a new item
  * @property {(item: T) => string} nameOf
  * @property {(item: T | null) => Promise<void>} [prepare] runs before the form is shown (fill its selects)
+ * @property {() => void} [forget] the token was refused while a new item's form stays open: drop the
+ *   server data it shows (its selects' options), keeping the values
+ * @property {(item: T) => void} [reopened] the form now edits this newer version of its item
+ * @property {Record<string, string>} [editPlaceholders] field placeholders while editing (an example
+ *   value would read as the item's own)
  * @property {() => void} saved after a create or an update
  */
 
 /**
  * The create/edit form of one kind of resource: a POST for a new one, a PUT (the whole definition)
- * for an edited one.
- * @template {{id: string}} T
+ * for an edited one. An edit is sent only if the item is still as it was when the form opened (its
+ * `updatedAt`, read again just before); else nothing is sent and the form takes the changes made
+ * elsewhere where the operator had not changed the field (mergeEdit), says so, and the next Save
+ * compares with that newer version.
+ * @template {{id: string, updatedAt: number}} T
  * @template B
  * @param {FormOptions<T, B>} o
  */
@@ -180,9 +217,18 @@ function resourceForm(o) {
   const form = /** @type {HTMLFormElement} */ (byId(`${o.prefix}-form`));
   const title = byId(`${o.prefix}-form-title`);
   const submit = byId(`${o.prefix}-form-submit`);
-  /** @type {T | null} */
+  const newButton = byId(`${o.prefix}-new`);
+  /** The item being edited, as the form's values came from it; null: a new one. @type {T | null} */
   let editing = null;
   let openSeq = 0;
+  /** The placeholders of a new item's form. */
+  const placeholders = new Map(
+    Object.keys(o.editPlaceholders ?? {}).map((name) => {
+      const e = form.elements.namedItem(name);
+      const field = e instanceof HTMLInputElement || e instanceof HTMLTextAreaElement ? e : null;
+      return [name, { field, own: field?.placeholder ?? '' }];
+    }),
+  );
 
   /** @param {T | null} item null: a new one */
   async function open(item) {
@@ -193,6 +239,9 @@ function resourceForm(o) {
     if (o.prepare) await o.prepare(item);
     if (mine !== openSeq) return;
     fillForm(form, item ? o.fields(item) : o.blank);
+    for (const [name, { field, own }] of placeholders) {
+      if (field) field.placeholder = item ? (o.editPlaceholders?.[name] ?? own) : own;
+    }
     title.textContent = item ? `Edit ${o.noun} “${o.nameOf(item)}”` : `New ${o.noun}`;
     submit.textContent = item ? 'Save changes' : `Create ${o.noun}`;
     form.hidden = false;
@@ -209,22 +258,82 @@ function resourceForm(o) {
     clearFormErrors(form);
   }
 
-  handleForm(form, async (values) => {
-    const built = o.body(values);
-    if (!built.ok) throw new FormInvalid(built.errors);
-    const item = editing;
-    if (item) await api('PUT', `${o.path}/${encodeURIComponent(item.id)}`, { body: built.body });
-    else await api('POST', o.path, { body: built.body });
-    close();
-    o.saved();
-  });
+  /** @param {T} item @returns {Promise<T>} the item as it is now */
+  async function reread(item) {
+    try {
+      return await (await api('GET', `${o.path}/${encodeURIComponent(item.id)}`)).json();
+    } catch (err) {
+      if (!(err instanceof ApiError) || err.status === 401) throw err;
+      if (err.status === 404) {
+        throw new FormInvalid(
+          [],
+          `Not saved: this ${o.noun} was deleted elsewhere since you opened it. Cancel, or create it again with New ${o.noun}.`,
+        );
+      }
+      const why = err.status === 0 ? 'the control plane cannot be reached' : err.message;
+      throw new FormInvalid([], `Not saved (nothing was sent): ${why}. Try again.`);
+    }
+  }
+
+  handleForm(
+    form,
+    async (values) => {
+      const built = o.body(values);
+      if (!built.ok) throw new FormInvalid(built.errors);
+      const item = editing;
+      if (item) {
+        const current = await reread(item);
+        if (editing !== item) return; // closed meanwhile
+        if (current.updatedAt !== item.updatedAt) {
+          const now = o.fields(current);
+          const merge = mergeEdit(o.fields(item), values, now);
+          editing = current;
+          fillForm(form, merge.values);
+          title.textContent = `Edit ${o.noun} “${o.nameOf(current)}”`;
+          o.reopened?.(current);
+          const conflict = editConflict(o.noun, current.updatedAt, merge, now);
+          throw new FormInvalid(conflict.errors, conflict.summary);
+        }
+        await api('PUT', `${o.path}/${encodeURIComponent(item.id)}`, { body: built.body });
+      } else await api('POST', o.path, { body: built.body });
+      close();
+      o.saved();
+    },
+    () => ({ noun: o.noun, creating: editing === null }),
+  );
   byId(`${o.prefix}-form-cancel`).addEventListener('click', close);
-  byId(`${o.prefix}-new`).addEventListener('click', () => open(null));
+  form.addEventListener('keydown', (e) => {
+    if (e.key !== 'Escape' || e.defaultPrevented || e.isComposing) return;
+    e.preventDefault();
+    close();
+    newButton.focus();
+  });
+  newButton.addEventListener('click', () => open(null));
   return {
     open,
     close,
     /** The id of the item being edited, or null. */
     editingId: () => editing?.id ?? null,
+    /**
+     * The token was refused: a new item's form stays open with what the operator typed (their own
+     * input, not server data); an edit's form (the item's data) closes.
+     */
+    suspend() {
+      if (form.hidden || editing !== null) return close();
+      openSeq++;
+      o.forget?.();
+    },
+    /**
+     * A token was given: a new item's form left open gets the choices it forgot (suspend) again, its
+     * values kept.
+     */
+    async resume() {
+      if (form.hidden || editing !== null || !o.prepare || !o.forget) return;
+      const mine = ++openSeq;
+      const values = formValues(form);
+      await o.prepare(null);
+      if (mine === openSeq) fillForm(form, values);
+    },
   };
 }
 
@@ -233,40 +342,56 @@ function resourceForm(o) {
  * the list is loaded again either way.
  * @template {{id: string}} T
  * @param {PagedList<T>} list
- * @param {T} item
+ * @param {string} id the row's
  * @param {string} what for the message of a failure
  * @param {() => Promise<void>} run
  */
-async function act(list, item, what, run) {
-  if (busy.has(item.id)) return;
-  busy.add(item.id);
+async function act(list, id, what, run) {
+  if (busy.has(id)) return;
+  busy.add(id);
   list.render();
   try {
     await run();
   } catch (err) {
     report(err, what);
   } finally {
-    busy.delete(item.id);
+    busy.delete(id);
     await list.load();
     list.render();
   }
 }
 
 /**
- * Delete an item after the operator confirms.
+ * Run `use` with a row's item as the list has it now (the row's buttons keep only its id); nothing when
+ * the row is gone.
+ * @template {{id: string}} T
+ * @param {PagedList<T>} list
+ * @param {string} id
+ * @param {(item: T) => void} use
+ */
+function withRow(list, id, use) {
+  const item = list.find(id);
+  if (item) use(item);
+}
+
+/**
+ * Delete an item after the operator confirms (asked with the item as it is now).
  * @template {{id: string}} T
  * @param {PagedList<T>} list
  * @param {{close: () => void, editingId: () => string | null}} form
- * @param {T} item
- * @param {string} path the item's URL
- * @param {string} question
- * @param {string} what
+ * @param {string} kind the API's collection: "presets"
+ * @param {string} id
+ * @param {(item: T) => string} question
+ * @param {(item: T) => string} what
  */
-function remove(list, form, item, path, question, what) {
-  if (!confirm(question)) return;
-  act(list, item, what, async () => {
-    await api('DELETE', path);
-    if (form.editingId() === item.id) form.close();
+function remove(list, form, kind, id, question, what) {
+  withRow(list, id, (item) => {
+    if (!confirm(question(item))) return;
+    act(list, id, what(item), async () => {
+      await api('DELETE', itemPath(kind, id));
+      if (form.editingId() === id) form.close();
+      if (kind === 'presets') presetNamesAt = 0;
+    });
   });
 }
 
@@ -285,11 +410,14 @@ const itemPath = (kind, id) => `/api/v1/${kind}/${encodeURIComponent(id)}`;
 
 /** Preset names by id, for the watchfolders table and form (loaded with them). @type {Map<string, Preset>} */
 let presetCatalog = new Map();
+/** When presetCatalog was loaded (Unix ms); 0: never, or a preset was saved or deleted here since. */
+let presetNamesAt = 0;
 
 async function loadPresetCatalog() {
   /** @type {{items: Preset[], total: number}} */
   const { items } = await apiList(`/api/v1/presets?perPage=${CATALOG}`);
   presetCatalog = new Map(items.map((p) => [p.id, p]));
+  presetNamesAt = Date.now();
 }
 
 /** @type {PagedList<Preset>} */
@@ -327,22 +455,23 @@ const presets = pagedList(
           button(
             'New task',
             () => {
-              location.hash = 'tasks';
+              showTasks();
               openTaskForm(p.id);
             },
             { title: 'A new task from this preset' },
           ),
-          button('Edit', () => presetForm.open(p), { disabled: isBusy }),
+          button('Edit', () => withRow(presets, p.id, (cur) => presetForm.open(cur)), { disabled: isBusy }),
           button(
             'Delete',
             () =>
               remove(
                 presets,
                 presetForm,
-                p,
-                itemPath('presets', p.id),
-                `Delete the preset “${p.name}”? Tasks made from it keep their own copy of its values.`,
-                `Delete “${p.name}”`,
+                'presets',
+                p.id,
+                (cur) =>
+                  `Delete the preset “${cur.name}”? Tasks made from it keep their own copy of its values.`,
+                (cur) => `Delete “${cur.name}”`,
               ),
             { disabled: isBusy, danger: true },
           ),
@@ -366,7 +495,11 @@ const presetForm = resourceForm(
     async prepare(p) {
       presetMore.open = p !== null && presetHasAdvanced(p);
     },
-    saved: () => presets.load(),
+    editPlaceholders: { command: 'none', outputFile: 'none: each task’s own output file', requires: 'none' },
+    saved() {
+      presetNamesAt = 0; // a renamed preset's name shows in the watchfolders table at its next load
+      presets.load();
+    },
   }),
 );
 
@@ -430,20 +563,21 @@ const watchfolders = pagedList(
       [
         JSON.stringify([w.suspended, isBusy]),
         () => [
-          button(w.suspended ? 'Resume' : 'Suspend', () => setSuspended(w, !w.suspended), {
+          button(w.suspended ? 'Resume' : 'Suspend', () => toggleSuspended(w.id), { disabled: isBusy }),
+          button('Edit', () => withRow(watchfolders, w.id, (cur) => watchfolderForm.open(cur)), {
             disabled: isBusy,
           }),
-          button('Edit', () => watchfolderForm.open(w), { disabled: isBusy }),
           button(
             'Delete',
             () =>
               remove(
                 watchfolders,
                 watchfolderForm,
-                w,
-                itemPath('watchfolders', w.id),
-                `Delete the watchfolder “${w.name}”? Its folder is no longer scanned; files and tasks stay.`,
-                `Delete “${w.name}”`,
+                'watchfolders',
+                w.id,
+                (cur) =>
+                  `Delete the watchfolder “${cur.name}”? Its folder is no longer scanned; files and tasks stay.`,
+                (cur) => `Delete “${cur.name}”`,
               ),
             { disabled: isBusy, danger: true },
           ),
@@ -453,19 +587,33 @@ const watchfolders = pagedList(
     ];
   },
   async (items) => {
-    // Preset names for the table: loaded again when a watchfolder names one not known yet.
-    if (items.some((w) => !presetCatalog.has(w.preset))) {
+    // Preset names for the table: loaded again when a watchfolder names one not known yet, and at a
+    // refresh once they are older than one (a preset renamed elsewhere).
+    const ids = items.map((w) => w.preset);
+    if (presetNamesStale(ids, presetCatalog, presetNamesAt, Date.now(), CATALOG_MAX_AGE)) {
       await loadPresetCatalog().catch(() => undefined);
     }
   },
 );
 
-/** @param {Watchfolder} w @param {boolean} suspended */
-function setSuspended(w, suspended) {
-  act(watchfolders, w, `${suspended ? 'Suspend' : 'Resume'} “${w.name}”`, async () => {
-    // Only `suspended` is sent: an edit another client made meanwhile stays.
-    await api('PATCH', itemPath('watchfolders', w.id), { body: { suspended } });
+/** Suspend a watchfolder that is not, resume one that is (as the list has it now). @param {string} id */
+function toggleSuspended(id) {
+  withRow(watchfolders, id, (w) => {
+    const suspended = !w.suspended;
+    act(watchfolders, id, `${suspended ? 'Suspend' : 'Resume'} “${w.name}”`, async () => {
+      // Only `suspended` is sent: an edit another client made meanwhile stays.
+      await api('PATCH', itemPath('watchfolders', id), { body: { suspended } });
+    });
   });
+}
+
+/** The watchfolder form's preset select, while the token is refused: the chosen id only, unnamed. */
+function forgetWatchfolderChoices() {
+  const chosen = watchfolderPreset.value;
+  const label = chosen === '' ? 'choose a preset' : 'the chosen preset (listed again once a token is given)';
+  watchfolderPreset.replaceChildren(new Option(label, chosen));
+  watchfolderPreset.value = chosen;
+  agentNames.replaceChildren();
 }
 
 const watchfolderForm = resourceForm(
@@ -494,6 +642,8 @@ const watchfolderForm = resourceForm(
       const names = agentList.status === 'fulfilled' ? agentList.value.items.map((a) => a.name).sort() : [];
       agentNames.replaceChildren(...names.map((n) => new Option(n, n)));
     },
+    forget: forgetWatchfolderChoices,
+    editPlaceholders: { 'filter.extensions.include': 'none: all files', 'filter.extensions.exclude': 'none' },
     saved: () => watchfolders.load(),
   }),
 );
@@ -510,6 +660,12 @@ const executionSuccess = /** @type {HTMLSelectElement} */ (byId('executions-succ
 /** @param {Pick<Webhook, 'event' | 'url'>} w */
 const webhookName = (w) => `${w.event} → ${w.url}`;
 
+/** The secret is write-only: an edit leaves it blank to keep the one set. @param {Webhook | null} w */
+function showSecretState(w) {
+  webhookRemoveSecret.hidden = !w?.hasSecret;
+  webhookSecret.placeholder = w?.hasSecret ? 'set: leave blank to keep it' : 'none';
+}
+
 /** @type {PagedList<Webhook>} */
 const webhooks = pagedList(
   'webhooks',
@@ -520,24 +676,24 @@ const webhooks = pagedList(
       [w.event, () => [el('span', 'code', w.event)]],
       [w.url, () => [clipped('code', w.url)], 'wide-text'],
       [String(w.hasSecret), () => [w.hasSecret ? 'signed' : el('span', 'muted', 'none')]],
-      [String(w.createdAt), () => [formatTime(w.createdAt)], 'time'],
+      [String(w.createdAt), () => dateTime(formatTime(w.createdAt)), 'time'],
       [
         String(isBusy),
         () => [
           button('Attempts', () => showAttemptsOf(w.id), {
             title: 'Show only the delivery attempts of this webhook',
           }),
-          button('Edit', () => webhookForm.open(w), { disabled: isBusy }),
+          button('Edit', () => withRow(webhooks, w.id, (cur) => webhookForm.open(cur)), { disabled: isBusy }),
           button(
             'Delete',
             () =>
               remove(
                 webhooks,
                 webhookForm,
-                w,
-                itemPath('webhooks', w.id),
-                `Delete the webhook ${webhookName(w)}? Its deliveries still waiting are dropped.`,
-                `Delete the webhook for ${w.event}`,
+                'webhooks',
+                w.id,
+                (cur) => `Delete the webhook ${webhookName(cur)}? Its deliveries still waiting are dropped.`,
+                (cur) => `Delete the webhook for ${cur.event}`,
               ),
             { disabled: isBusy, danger: true },
           ),
@@ -569,10 +725,9 @@ const webhookForm = resourceForm(
     blank: { event: WEBHOOK_EVENTS[0] ?? '' },
     nameOf: webhookName,
     async prepare(w) {
-      // The secret is write-only: an edit leaves it blank to keep the one set.
-      webhookRemoveSecret.hidden = !w?.hasSecret;
-      webhookSecret.placeholder = w?.hasSecret ? 'set: leave blank to keep it' : 'none';
+      showSecretState(w);
     },
+    reopened: showSecretState,
     saved: () => webhooks.load(),
   }),
 );
@@ -589,7 +744,7 @@ const executions = pagedList(
     const s = executionSummary(x);
     const isBusy = busy.has(x.id);
     return [
-      [String(x.createdAt), () => [formatTime(x.createdAt)], 'time'],
+      [String(x.createdAt), () => dateTime(formatTime(x.createdAt)), 'time'],
       [x.event, () => [el('span', 'code', x.event)]],
       [
         JSON.stringify([x.url, x.source]),
@@ -602,7 +757,7 @@ const executions = pagedList(
         'wide-text',
       ],
       [String(x.attempt), () => [String(x.attempt)], 'num'],
-      [s.response, () => [s.response], 'time'],
+      [s.response, () => [s.response], 'nowrap'],
       [s.duration, () => [s.duration], 'num'],
       [
         JSON.stringify([s.result, s.error]),
@@ -615,8 +770,8 @@ const executions = pagedList(
       [
         String(isBusy),
         () => [
-          button('Details', () => showExecution(x)),
-          button('Redeliver', () => redeliver(x), {
+          button('Details', () => withRow(executions, x.id, showExecution)),
+          button('Redeliver', () => withRow(executions, x.id, redeliver), {
             disabled: isBusy,
             title: 'Send this event again, as a new delivery with its own retries',
           }),
@@ -637,7 +792,7 @@ function showAttemptsOf(webhookId) {
 /** @param {Execution} x */
 function redeliver(x) {
   if (!confirm(`Send the ${x.event} event again to ${x.url}?`)) return;
-  act(executions, x, `Redeliver the ${x.event} event`, async () => {
+  act(executions, x.id, `Redeliver the ${x.event} event`, async () => {
     await api('POST', `/api/v1/webhooks/executions/${encodeURIComponent(x.id)}/redeliver`);
     executions.say(`redelivery of ${x.event} queued ${formatTime(Date.now())}; its attempts appear here`);
     // The attempt is made in the background: look again shortly.
@@ -677,12 +832,27 @@ export function loadTab(tab) {
   }
 }
 
-/** Forget everything shown (the token was refused or forgotten): lists, open forms, details. */
-export function clearManage() {
+const forms = [presetForm, watchfolderForm, webhookForm];
+
+/**
+ * Forget everything shown (the token was refused or forgotten): lists, open forms, details. With
+ * `keepDrafts` (a refused token) a new item's open form stays, with what the operator typed.
+ * @param {boolean} [keepDrafts]
+ */
+export function clearManage(keepDrafts = false) {
   for (const list of [presets, watchfolders, webhooks, executions]) list.clear();
-  for (const form of [presetForm, watchfolderForm, webhookForm]) form.close();
+  for (const form of forms) {
+    if (keepDrafts) form.suspend();
+    else form.close();
+  }
   presetCatalog = new Map();
+  presetNamesAt = 0;
   executionWebhook.replaceChildren(new Option('all', ''));
   executionSuccess.value = '';
   closeExecution();
+}
+
+/** A token was given: the forms kept open by clearManage(true) get their choices again. */
+export function resumeManage() {
+  for (const form of forms) form.resume();
 }

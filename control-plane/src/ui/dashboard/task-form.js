@@ -66,10 +66,38 @@ export function closeTaskForm() {
   form.hidden = true;
   form.reset();
   clearFormErrors(form);
-  presets = new Map();
-  presetSelect.replaceChildren(new Option('none', ''));
-  showPreset();
+  forgetPresets('');
   lastSent = null;
+}
+
+/**
+ * Forget the presets (server data), keeping only the chosen one's id as the select's value.
+ * @param {string} chosen
+ */
+function forgetPresets(chosen) {
+  presets = new Map();
+  const kept = new Option(
+    chosen === '' ? 'none' : 'the chosen preset (listed again once a token is given)',
+    chosen,
+  );
+  presetSelect.replaceChildren(kept);
+  presetSelect.value = chosen;
+  showPreset();
+}
+
+/**
+ * The token was refused: the presets go (server data), what the operator typed stays, the chosen
+ * preset too (by its id). resumeTaskForm lists the presets again once a token is given.
+ */
+export function suspendTaskForm() {
+  if (form.hidden) return closeTaskForm();
+  loadSeq++;
+  forgetPresets(presetSelect.value);
+}
+
+/** A token was given: a form left open (suspendTaskForm) gets its presets again. */
+export function resumeTaskForm() {
+  if (!form.hidden) loadPresets(presetSelect.value);
 }
 
 /** @param {string} choose the preset to select once loaded */
@@ -121,18 +149,28 @@ function showPreset() {
 
 presetSelect.addEventListener('change', showPreset);
 byId('task-form-cancel').addEventListener('click', closeTaskForm);
-
-handleForm(form, async (values) => {
-  const built = taskBody(values);
-  if (!built.ok) throw new FormInvalid(built.errors);
-  const body = JSON.stringify(built.body);
-  if (lastSent?.body !== body) lastSent = { key: randomKey(), body };
-  const res = await api('POST', '/api/v1/tasks', {
-    body: built.body,
-    headers: { 'Idempotency-Key': lastSent.key },
-  });
-  /** @type {Task} */
-  const task = await res.json();
+form.addEventListener('keydown', (e) => {
+  if (e.key !== 'Escape' || e.defaultPrevented || e.isComposing) return;
+  e.preventDefault();
   closeTaskForm();
-  created(task);
+  byId('task-new').focus();
 });
+
+handleForm(
+  form,
+  async (values) => {
+    const built = taskBody(values);
+    if (!built.ok) throw new FormInvalid(built.errors);
+    const body = JSON.stringify(built.body);
+    if (lastSent?.body !== body) lastSent = { key: randomKey(), body };
+    const res = await api('POST', '/api/v1/tasks', {
+      body: built.body,
+      headers: { 'Idempotency-Key': lastSent.key },
+    });
+    /** @type {Task} */
+    const task = await res.json();
+    closeTaskForm();
+    created(task);
+  },
+  () => ({ noun: 'task', creating: true, idempotent: true }),
+);
