@@ -184,6 +184,8 @@ export interface HardwareProbeOptions {
   concurrency?: number;
   /** The probes' environment; default `process.env`. */
   env?: NodeJS.ProcessEnv;
+  /** Aborted: the probes running are stopped (the agent is stopping). */
+  signal?: AbortSignal;
 }
 
 export interface DroppedCapability {
@@ -220,7 +222,11 @@ export async function probeHardware(
   const timeoutMs = options.timeoutMs ?? HW_PROBE_TIMEOUT_MS;
   const limit = limiter(Math.max(1, options.concurrency ?? HW_PROBE_CONCURRENCY));
   const probe = (args: string[], check?: (stderr: string) => string | null) =>
-    limit(() => runProbe(transcoderPath, args, timeoutMs, options.env, check));
+    limit(() =>
+      options.signal?.aborted
+        ? Promise.resolve<Outcome>({ ok: false, reason: 'the probe was stopped' })
+        : runProbe(transcoderPath, args, timeoutMs, options.env, check, options.signal),
+    );
 
   // The encoders that depend on a device are tried only once it initialised.
   const devices = new Map<string, Promise<Outcome>>();
@@ -281,8 +287,11 @@ async function runProbe(
   timeoutMs: number,
   env: NodeJS.ProcessEnv | undefined,
   check?: (stderr: string) => string | null,
+  stop?: AbortSignal,
 ): Promise<Outcome> {
   const abort = new AbortController();
+  const onStop = () => abort.abort();
+  stop?.addEventListener('abort', onStop, { once: true });
   let timer: NodeJS.Timeout | undefined;
   const gaveUp = new Promise<'gave-up'>((resolve) => {
     timer = setTimeout(() => {
@@ -305,6 +314,7 @@ async function runProbe(
     return { ok: false, reason: err instanceof Error ? err.message : String(err) };
   } finally {
     clearTimeout(timer);
+    stop?.removeEventListener('abort', onStop);
   }
 }
 

@@ -168,7 +168,8 @@ export async function runTranscode(input: TranscodeInput): Promise<StepOutcome> 
       outcome.kind === 'failed' &&
       input.onTranscoderLost &&
       (result.error !== undefined || result.code === 126 || result.code === 127) &&
-      !(await transcoderAnswers(input.transcoderPath, input.env))
+      !input.signal.aborted &&
+      !(await transcoderAnswers(input.transcoderPath, input.env, input.signal))
     ) {
       input.logs.agent.add(`${label}: ${input.transcoderPath} no longer answers -version`);
       input.onTranscoderLost(outcome.error);
@@ -250,14 +251,21 @@ async function removePartialOutput(file: string, before: FileIdentity | null, lo
   }
 }
 
-/** Whether the transcoder still runs at all (`-version` exits 0 within PROBE_TIMEOUT_MS). */
-async function transcoderAnswers(transcoderPath: string, env: NodeJS.ProcessEnv): Promise<boolean> {
+/**
+ * Whether the transcoder still runs at all (`-version` exits 0 within PROBE_TIMEOUT_MS). A cancel or a
+ * stop of the run ends the check at once (and it then says yes: the run's own end decides).
+ */
+async function transcoderAnswers(
+  transcoderPath: string,
+  env: NodeJS.ProcessEnv,
+  stop: AbortSignal,
+): Promise<boolean> {
   const result = await runProcess({
     file: transcoderPath,
     args: ['-version'],
     env,
-    signal: AbortSignal.timeout(PROBE_TIMEOUT_MS),
+    signal: AbortSignal.any([AbortSignal.timeout(PROBE_TIMEOUT_MS), stop]),
     graceMs: 1000,
   });
-  return result.ok;
+  return result.ok || stop.aborted;
 }

@@ -126,12 +126,8 @@ export type ProbeTranscoderResult =
     }
   | { ok: false; error: string };
 
-export type ProbeTranscoderOptions = HardwareProbeOptions & {
-  /** Aborted: the probe commands running are stopped and the probe fails (the agent is stopping). */
-  signal?: AbortSignal;
-  /** The probe commands' environment; default `process.env`. */
-  env?: NodeJS.ProcessEnv;
-};
+/** The hardware probes' options, whose `signal` and `env` the basic probe commands take too. */
+export type ProbeTranscoderOptions = HardwareProbeOptions;
 
 /** How long each probe command may take; a healthy ffmpeg answers in milliseconds. */
 export const PROBE_TIMEOUT_MS = 10_000;
@@ -148,8 +144,7 @@ export async function probeTranscoder(
   transcoderPath: string,
   options: ProbeTranscoderOptions = {},
 ): Promise<ProbeTranscoderResult> {
-  const { signal, env, ...rest } = options;
-  const hardwareOptions: HardwareProbeOptions = env ? { ...rest, env } : rest;
+  const { signal, env } = options;
   // Output is collected line by line: the encoder list is longer than a result's tail.
   const run = async (args: string[]) => {
     const lines: string[] = [];
@@ -187,7 +182,7 @@ export async function probeTranscoder(
   const hardware = await probeHardware(
     transcoderPath,
     { encoders: parseEncoderRows(encoders.stdout), hwaccels: parseHwaccels(hwaccels.stdout) },
-    hardwareOptions,
+    options, // its signal and environment too
   );
   return {
     ok: true,

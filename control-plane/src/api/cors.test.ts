@@ -2,7 +2,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { appVariant, expectProblem, json, VALID } from '../../../test/api/support.ts';
 import { useTestApp } from '../../../test/helpers/app.ts';
 import { parseConfig } from '../config/config.ts';
-import { type CorsPolicy, parseCorsOrigins } from './cors.ts';
+import { type CorsPolicy, parseCorsOrigins, sameHost } from './cors.ts';
 
 const MAM = 'https://mam.example.com';
 const TOKEN = 'cors-test-token-0123456789abcdef';
@@ -187,6 +187,42 @@ describe('cross-origin requests to the API', () => {
       headers: { ...auth, Origin: 'https://evil.example' },
     });
     expect(guarded.status).not.toBe(403);
+  });
+
+  it('takes a page for this control plane’s own when its host and port are the request’s Host', () => {
+    const same: [string, string][] = [
+      ['http://127.0.0.1:3000', '127.0.0.1:3000'],
+      ['http://localhost:3000', 'LOCALHOST:3000'],
+      ['http://localhost', 'localhost:80'],
+      ['http://localhost', 'localhost'],
+      ['https://ffleet.studio.lan', 'ffleet.studio.lan'],
+      ['http://[::1]:3000', '[::1]:3000'],
+      ['http://localhost:8080', 'localhost:8080'], // an SSH tunnel: Host is what the browser asked for
+    ];
+    for (const [origin, host] of same) expect(sameHost(origin, host), `${origin} / ${host}`).toBe(true);
+    const other: [string, string | undefined][] = [
+      ['http://localhost:8080', 'localhost:3000'],
+      ['http://127.0.0.1:3000', 'localhost:3000'],
+      ['http://evil.example', 'localhost'],
+      ['null', 'localhost:3000'],
+      ['file://', 'localhost:3000'],
+      ['http://localhost:3000', undefined],
+      ['http://localhost:3000', 'bad host/'],
+    ];
+    for (const [origin, host] of other) expect(sameHost(origin, host), `${origin} / ${host}`).toBe(false);
+  });
+
+  it('without API tokens also refuses a change whose Sec-Fetch-Site says another site (old browsers sent no Origin)', async () => {
+    const open = appVariant(t, {});
+    const task = await json(await open.call('POST', '/api/v1/tasks', VALID.task()), 201);
+    const cancel = (site: string) =>
+      open.app.request(`/api/v1/tasks/${task.id}/cancel`, {
+        method: 'POST',
+        headers: { 'Sec-Fetch-Site': site },
+      });
+    await expectProblem(await cancel('cross-site'), 403, 'ORIGIN_NOT_ALLOWED');
+    await expectProblem(await cancel('same-site'), 403, 'ORIGIN_NOT_ALLOWED');
+    expect((await cancel('same-origin')).status).toBe(200);
   });
 
   it('says Vary: Origin on every answer once origins are listed', async () => {

@@ -87,15 +87,28 @@ const PREFLIGHT_MAX_AGE_S = 600;
 
 const UNSAFE_METHODS: ReadonlySet<string> = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
 
-/** Whether `origin` names the host the request was sent to (a page of this control plane: /ui). */
-function sameHost(origin: string, host: string | undefined): boolean {
+/**
+ * Whether `origin` names the host the request was sent to (a page of this control plane: /ui): the
+ * same host name, and the same port where `Host` gives one (`localhost:80` is `http://localhost`).
+ */
+export function sameHost(origin: string, host: string | undefined): boolean {
   if (host === undefined) return false;
+  let o: URL;
+  let h: URL;
   try {
-    return new URL(origin).host === host.trim().toLowerCase();
+    o = new URL(origin);
+    h = new URL(`http://${host.trim()}`);
   } catch {
-    return false; // `null` (a sandboxed frame, a file: page) or garbage
+    return false; // `null` (a sandboxed frame, a file: page, after a cross-origin redirect) or garbage
   }
+  if (o.protocol !== 'http:' && o.protocol !== 'https:') return false;
+  if (o.hostname !== h.hostname) return false;
+  // URL drops a scheme's default port: '' is 80 for `h` (read as http) and the scheme's default for `o`.
+  return h.port === '' ? o.port === '' : o.port === h.port;
 }
+
+/** `Sec-Fetch-Site` values of a request a page of another site made (browsers since 2020 send it). */
+const CROSS_SITE: ReadonlySet<string> = new Set(['cross-site', 'same-site']);
 
 /**
  * `guardUnsafe`: refuse changes asked by pages of other origins (no API tokens configured). A page
@@ -114,6 +127,21 @@ export function cors(
   return async (c, next) => {
     const origin = c.req.header('origin');
     if (origin === undefined) {
+      // Old browsers sent form posts without Origin; their Sec-Fetch-Site still says where from.
+      const site = c.req.header('sec-fetch-site');
+      if (
+        opts.guardUnsafe &&
+        UNSAFE_METHODS.has(c.req.method) &&
+        site !== undefined &&
+        CROSS_SITE.has(site)
+      ) {
+        throw new HttpError(
+          403,
+          'ORIGIN_NOT_ALLOWED',
+          'Forbidden',
+          "a page of another site may not change anything here: without FFLEET_API_TOKENS only this control plane's own pages and the origins in FFLEET_CORS_ORIGINS may",
+        );
+      }
       // The answer depends on Origin once a list is set: caches must not hand one origin's to another.
       if (policy !== undefined) c.header('Vary', 'Origin', { append: true });
       return next();

@@ -13,6 +13,7 @@ import { sweepExpiredLeases } from '../scheduler/leases.ts';
 import { applyReportIn } from '../scheduler/reports.ts';
 import { createWatchTask } from '../scheduler/watch-tasks.ts';
 import type { ServiceContext } from '../services/context.ts';
+import { createMetrics } from './metrics.ts';
 
 const METRICS = fileURLToPath(new URL('./metrics.ts', import.meta.url));
 const DB = fileURLToPath(new URL('../db/client.ts', import.meta.url));
@@ -284,6 +285,26 @@ describe('task counters', () => {
         DONE_CANCELED: { '1': 0, '5': 0, '60': 0, '120': 0, '+Inf': 0 },
       },
     });
+  });
+
+  it('never breaks publishing: a malformed event is not counted and the listeners after it still get it', async () => {
+    const bus = new EventBus();
+    const metrics = createMetrics(t.db, bus);
+    const after: string[] = [];
+    bus.subscribe((p) => after.push(p.event));
+    const task = {
+      id: randomUUID(),
+      status: 'DONE_SUCCESSFUL',
+      source: 'api',
+      attempt: 1,
+      startedAt: 1,
+      finishedAt: Infinity,
+    };
+    expect(() =>
+      bus.publish({ id: 'e1', event: 'task.updated', timestamp: '', data: { task } } as EventPayload),
+    ).not.toThrow();
+    expect(after).toEqual(['task.updated']);
+    metrics.stop();
   });
 
   it('counts a change on the replica whose transaction made it, not on another one over the same database', async () => {

@@ -148,8 +148,7 @@ function countTaskEvents(registry: Registry, bus: EventBus): () => void {
       duration.observe({ status: task.status }, (task.finishedAt - task.startedAt) / 1000);
   };
 
-  // Called synchronously for every event published (progress included): a few property reads.
-  return bus.subscribe((p: EventPayload) => {
+  const count = (p: EventPayload) => {
     const task = p.event.startsWith('task.') ? (p.data as TaskEventData | null)?.task : undefined;
     if (!task) return;
     if (p.event === 'task.updated') {
@@ -160,6 +159,15 @@ function countTaskEvents(registry: Registry, bus: EventBus): () => void {
     } else if (p.event === 'task.deleted') {
       counted.delete(task.id);
       deleted.inc();
+    }
+  };
+  // Called synchronously for every event published (progress included): a few property reads. A
+  // counter must never break publishing (the bus calls its listeners in turn, after the commit).
+  return bus.subscribe((p: EventPayload) => {
+    try {
+      count(p);
+    } catch {
+      // a malformed event is not counted
     }
   });
 }
