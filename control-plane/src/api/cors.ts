@@ -107,6 +107,15 @@ export function sameHost(origin: string, host: string | undefined): boolean {
   return h.port === '' ? o.port === '' : o.port === h.port;
 }
 
+/** The 403 for a change asked by a page of `from` (an origin, or "another site"). */
+const changeRefused = (from: string) =>
+  new HttpError(
+    403,
+    'ORIGIN_NOT_ALLOWED',
+    'Forbidden',
+    `a page of ${from} may not change anything here: without FFLEET_API_TOKENS only this control plane's own pages and the origins in FFLEET_CORS_ORIGINS may`,
+  );
+
 /** `Sec-Fetch-Site` values of a request a page of another site made (browsers since 2020 send it). */
 const CROSS_SITE: ReadonlySet<string> = new Set(['cross-site', 'same-site']);
 
@@ -135,12 +144,7 @@ export function cors(
         site !== undefined &&
         CROSS_SITE.has(site)
       ) {
-        throw new HttpError(
-          403,
-          'ORIGIN_NOT_ALLOWED',
-          'Forbidden',
-          "a page of another site may not change anything here: without FFLEET_API_TOKENS only this control plane's own pages and the origins in FFLEET_CORS_ORIGINS may",
-        );
+        throw changeRefused('another site');
       }
       // The answer depends on Origin once a list is set: caches must not hand one origin's to another.
       if (policy !== undefined) c.header('Vary', 'Origin', { append: true });
@@ -150,12 +154,7 @@ export function cors(
       c.req.method === 'OPTIONS' && c.req.header('access-control-request-method') !== undefined;
     if (!allows(origin)) {
       if (opts.guardUnsafe && UNSAFE_METHODS.has(c.req.method) && !sameHost(origin, c.req.header('host'))) {
-        throw new HttpError(
-          403,
-          'ORIGIN_NOT_ALLOWED',
-          'Forbidden',
-          `a page of ${origin} may not change anything here: without FFLEET_API_TOKENS only this control plane's own pages and the origins in FFLEET_CORS_ORIGINS may`,
-        );
+        throw changeRefused(origin);
       }
       if (!preflight) return next(); // no CORS headers: the browser keeps the answer from the page
       throw new HttpError(

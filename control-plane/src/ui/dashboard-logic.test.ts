@@ -1,4 +1,4 @@
-import { TaskStatus } from '@ffleet/shared';
+import { EventName, TaskStatus } from '@ffleet/shared';
 import { describe, expect, it } from 'vitest';
 // @ts-expect-error plain-JS browser module (JSDoc-typed; dashboard.test.ts type-checks it), no declarations
 import * as logic from './dashboard/logic.js';
@@ -16,12 +16,14 @@ const {
   parseHash,
   parseTaskEvent,
   percent,
+  PRESET_EVENTS,
   problemMessage,
   progressView,
   reconnectDelay,
   SseParser,
   statusClass,
   statusLabel,
+  TASK_EVENTS,
   TASK_STATUSES,
   taskListQuery,
   tasksHash,
@@ -408,6 +410,10 @@ describe('formatting', () => {
     }
     // The browser module cannot import the shared schema: its copy of the statuses must not drift.
     expect(TASK_STATUSES).toEqual(TaskStatus.options);
+    // Nor its events: the stream refuses a name it does not know.
+    expect(TASK_EVENTS).toEqual(EventName.options.filter((e) => e.startsWith('task.')));
+    expect(PRESET_EVENTS).toEqual(EventName.options.filter((e) => e.startsWith('preset.')));
+    expect(parseTaskEvent({ event: 'preset.updated', data: '{}', id: '1' })).toBeNull();
     expect(TASK_STATUSES.filter(isOpenStatus)).toEqual(['QUEUED', 'PRE_PROCESSING', 'RUNNING']);
     expect(TASK_STATUSES.filter(isDoneStatus)).toEqual(['DONE_SUCCESSFUL', 'DONE_ERROR', 'DONE_CANCELED']);
     expect(agentState({ status: 'draining', paused: true })).toBe('paused');

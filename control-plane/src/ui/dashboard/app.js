@@ -26,6 +26,7 @@ import {
   isDoneStatus,
   isOpenStatus,
   mergeTaskEvent,
+  PRESET_EVENTS,
   pageLabel,
   parseHash,
   parseTaskEvent,
@@ -38,7 +39,7 @@ import {
   taskListQuery,
   tasksHash,
 } from './logic.js';
-import { clearManage, initManage, loadTab, resumeManage } from './manage.js';
+import { clearManage, initManage, loadTab, presetsChanged, resumeManage } from './manage.js';
 import { closeTaskForm, initTaskForm, openTaskForm, resumeTaskForm, suspendTaskForm } from './task-form.js';
 
 /** @typedef {import('./logic.js').Task} Task */
@@ -54,7 +55,7 @@ const RESYNC_MS = 3000;
 const LOGS_FOLLOW_MS = 2000;
 /** The server sends a keep-alive every 15 s: a stream silent for this long is dead. */
 const STALL_MS = 45_000;
-const EVENTS_URL = `/api/v1/events?events=${TASK_EVENTS.join(',')}`;
+const EVENTS_URL = `/api/v1/events?events=${[...TASK_EVENTS, ...PRESET_EVENTS].join(',')}`;
 
 /** A status badge: its class comes from statusClass, never from server text. @param {string} status @param {string} text */
 const statusBadge = (status, text) => badge(statusClass(status), text);
@@ -502,7 +503,14 @@ function onMessage(m) {
       ready = {};
     }
     // Not resumed (a first connection, or missed events the server no longer has): reload the list.
-    if (ready?.resumed !== true) loadTasks();
+    if (ready?.resumed !== true) {
+      loadTasks();
+      presetsChanged();
+    }
+    return;
+  }
+  if (PRESET_EVENTS.includes(m.event)) {
+    presetsChanged();
     return;
   }
   const e = parseTaskEvent(m);

@@ -48,8 +48,10 @@ export const TASK_STATUSES = Object.freeze([
   'DONE_ERROR',
   'DONE_CANCELED',
 ]);
-/** The events the dashboard subscribes to (`GET /api/v1/events?events=…`). */
+/** The task events the dashboard subscribes to (`GET /api/v1/events?events=…`). */
 export const TASK_EVENTS = Object.freeze(['task.created', 'task.updated', 'task.deleted']);
+/** The preset events it subscribes to: they tell the watchfolders tab its preset names are stale. */
+export const PRESET_EVENTS = Object.freeze(['preset.created', 'preset.updated', 'preset.deleted']);
 
 /** A task that has not finished: it can be canceled. @param {string} status */
 export const isOpenStatus = (status) =>

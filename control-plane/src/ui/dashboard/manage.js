@@ -62,8 +62,11 @@ import { openTaskForm } from './task-form.js';
 const PER_PAGE = 50;
 /** The most presets or agents one select lists (the API's largest page). */
 const CATALOG = 1000;
-/** The preset names of the watchfolders table are loaded again at a refresh (every 5 s) older than this. */
-const CATALOG_MAX_AGE = 4000;
+/**
+ * The preset names of the watchfolders table are loaded again when the event stream says a preset
+ * changed (presetsChanged), or at a refresh once older than this (the stream may be down).
+ */
+const CATALOG_MAX_AGE = 60_000;
 /** How long a note beside a list's title (a redelivery queued) stays before its refresh time. */
 const NOTE_MS = 20_000;
 
@@ -587,8 +590,8 @@ const watchfolders = pagedList(
     ];
   },
   async (items) => {
-    // Preset names for the table: loaded again when a watchfolder names one not known yet, and at a
-    // refresh once they are older than one (a preset renamed elsewhere).
+    // Preset names for the table: loaded again when a watchfolder names one not known yet, after a
+    // preset event (a preset renamed elsewhere), and at least once a minute.
     const ids = items.map((w) => w.preset);
     if (presetNamesStale(ids, presetCatalog, presetNamesAt, Date.now(), CATALOG_MAX_AGE)) {
       await loadPresetCatalog().catch(() => undefined);
@@ -818,6 +821,11 @@ executionSuccess.addEventListener('change', () => executions.goTo(0));
 byId('executions-refresh').addEventListener('click', () => executions.load());
 
 // --- what app.js calls -----------------------------------------------------------------------------
+
+/** A preset was created, changed or deleted (the event stream says so): its names are loaded again. */
+export function presetsChanged() {
+  presetNamesAt = 0;
+}
 
 /**
  * Load the lists of a tab (when it is shown, and every 5 s while it is).
