@@ -19,6 +19,7 @@ import { checkQueryText } from './http.ts';
 import type { Metrics } from './metrics.ts';
 import { buildOpenApi } from './openapi.ts';
 import { presetsApi } from './presets.ts';
+import { logLevelApi } from './system-log-level.ts';
 import { tasksApi } from './tasks.ts';
 import { watchfoldersApi } from './watchfolders.ts';
 import { type Redeliver, webhooksApi } from './webhooks.ts';
@@ -190,6 +191,7 @@ export function createApp(deps: AppDeps) {
     c.body(await deps.metrics.registry.metrics(), 200, { 'Content-Type': deps.metrics.registry.contentType }),
   );
   app.get('/api/v1/version', (c) => c.json({ version: deps.version }));
+  app.route('/api/v1/system/log-level', logLevelApi({ logger, remoteAddress: remote }));
   app.get('/api/v1/openapi.json', (c) => c.body(openapi, 200, { 'Content-Type': 'application/json' }));
   app.route('/api/v1/docs', apiReference);
   app.get('/api/v1/events', (c) => eventStream(c, eventHistory, logger));

@@ -1,5 +1,6 @@
 import * as S from '@ffleet/shared';
 import { z } from 'zod';
+import { LOG_LEVELS, LogLevel } from './system-log-level.ts';
 
 type Op = {
   method: 'get' | 'post' | 'put' | 'patch' | 'delete';
@@ -30,10 +31,28 @@ const COMPONENTS: Record<string, z.ZodType> = {
   Agent: S.Agent,
   AgentPatch: S.AgentPatch,
   EventPayload: S.EventPayload,
+  LogLevel,
   Problem: S.Problem,
 };
 
 const PAGE = ['page', 'perPage'];
+
+/** Query parameters documented beyond "a string" (the rest are plain strings; page/perPage integers). */
+const QUERY_DOCS: Record<string, { schema: object; description: string }> = {
+  name: {
+    schema: { type: 'string', maxLength: 200 },
+    description:
+      'only presets whose name contains this text, ignoring case (% _ and \\ match themselves); blank: all',
+  },
+  deliveryId: {
+    schema: { type: 'string', format: 'uuid' },
+    description: "only the attempts of this delivery (one event's retries to one target)",
+  },
+};
+
+/** Routes that answer without the database (no 503). */
+const WITHOUT_DATABASE = new Set(['/api/v1/version', '/api/v1/system/log-level']);
+
 const OPS: Op[] = [
   {
     method: 'post',
@@ -149,11 +168,11 @@ const OPS: Op[] = [
   {
     method: 'get',
     path: '/api/v1/presets',
-    summary: 'List presets',
+    summary: 'List presets (newest first); `name` filters by name',
     tag: 'presets',
     response: 'Preset',
     list: true,
-    query: PAGE,
+    query: [...PAGE, 'name'],
   },
   {
     method: 'get',
@@ -246,11 +265,11 @@ const OPS: Op[] = [
   {
     method: 'get',
     path: '/api/v1/webhooks/executions',
-    summary: 'Delivery attempts',
+    summary: 'Delivery attempts (newest first); `deliveryId` follows the retries of one delivery',
     tag: 'webhooks',
     response: 'WebhookExecution',
     list: true,
-    query: [...PAGE, 'webhook', 'event', 'success', 'task'],
+    query: [...PAGE, 'webhook', 'event', 'success', 'task', 'deliveryId'],
   },
   {
     method: 'get',
@@ -331,6 +350,23 @@ const OPS: Op[] = [
     query: ['events', 'lastEventId'],
   },
   { method: 'get', path: '/api/v1/version', summary: 'Version', tag: 'system' },
+  {
+    method: 'get',
+    path: '/api/v1/system/log-level',
+    summary: "The control plane's current log level",
+    tag: 'system',
+    response: 'LogLevel',
+  },
+  {
+    method: 'put',
+    path: '/api/v1/system/log-level',
+    summary:
+      `Change the control plane's log level at once, for every component, until restart or the next PUT ` +
+      `(LOG_LEVEL is the start value); one of ${LOG_LEVELS.join(', ')}`,
+    tag: 'system',
+    body: 'LogLevel',
+    response: 'LogLevel',
+  },
   { method: 'get', path: '/health', summary: 'Health (503 when the database is unreachable)', tag: 'system' },
   { method: 'get', path: '/metrics', summary: 'Prometheus metrics', tag: 'system' },
 ];
@@ -363,7 +399,7 @@ export function buildOpenApi(version: string) {
         name: q,
         in: 'query',
         required: false,
-        schema: { type: q === 'page' || q === 'perPage' ? 'integer' : 'string' },
+        ...(QUERY_DOCS[q] ?? { schema: { type: q === 'page' || q === 'perPage' ? 'integer' : 'string' } }),
       });
     const status = String(op.status ?? 200);
     const ok = op.response
@@ -414,7 +450,7 @@ export function buildOpenApi(version: string) {
       responses['409'] = problem(idempotent ? 'Idempotency-Key reused with another body' : 'state conflict');
     }
     if (op.path === '/health') responses['503'] = { description: 'the database is unreachable' };
-    else if (op.path.startsWith('/api/v1/') && op.path !== '/api/v1/version')
+    else if (op.path.startsWith('/api/v1/') && !WITHOUT_DATABASE.has(op.path))
       responses['503'] = problem(
         'the database is unavailable (unreachable, out of disk, shutting down); retry later',
       );

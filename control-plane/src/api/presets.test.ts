@@ -87,6 +87,58 @@ describe('preset routes', () => {
     await expectProblem(await t.call('GET', '/api/v1/presets/abc'), 404, 'PRESET_NOT_FOUND');
   });
 
+  it('filters the list by ?name= (contains, any case, % _ \\ literal, trimmed, blank = all) with X-Total and pages', async () => {
+    const tag = `flt${Date.now().toString(36)}`;
+    const names = [
+      `Zeta 50% OFF ${tag}`,
+      `zeta 50 off ${tag}`,
+      `a_b ${tag}`,
+      `axb ${tag}`,
+      `back\\slash ${tag}`,
+      `backslash ${tag}`,
+    ];
+    for (const name of names)
+      await json(await t.call('POST', '/api/v1/presets', { ...VALID.preset(), name }), 201);
+    const byName = async (text: string, paging = '') => {
+      const l = await readList<{ name: string }>(
+        await t.call('GET', `/api/v1/presets?name=${encodeURIComponent(text)}${paging}`),
+      );
+      return { total: l.total, names: l.items.map((p) => p.name) };
+    };
+    // Any case, surrounding blanks ignored; in the order of the unfiltered list (newest first).
+    const unfiltered = (await readList<{ name: string }>(await t.call('GET', '/api/v1/presets'))).items
+      .map((p) => p.name)
+      .filter((n) => n.endsWith(tag));
+    expect([...unfiltered].sort()).toEqual([...names].sort());
+    const mine = await byName(tag.toUpperCase());
+    expect(mine.total).toBe(6);
+    expect(mine.names.sort()).toEqual([...names].sort());
+    expect(await byName(`  ${tag}\t`)).toEqual(await byName(tag));
+    // LIKE's wildcards and escape character are plain text: `%` does not match "any text", `_` not
+    // "any character", and a backslash does not make the next character literal.
+    expect(await byName(`50% off ${tag}`)).toEqual({ total: 1, names: [names[0]] });
+    expect(await byName(`a_b ${tag}`)).toEqual({ total: 1, names: [names[2]] });
+    expect(await byName(`back\\s`)).toEqual({ total: 1, names: [names[4]] });
+    expect(await byName(`zeta 50 off ${tag}`)).toEqual({ total: 1, names: [names[1]] });
+    // X-Total counts every match, the page holds its part of them.
+    const ordered = (await byName(tag)).names;
+    expect(ordered).toEqual(unfiltered);
+    expect(await byName(tag, '&perPage=2&page=1')).toEqual({ total: 6, names: ordered.slice(2, 4) });
+    expect(await byName(`nothing-is-called-this-${tag}`)).toEqual({ total: 0, names: [] });
+    // A blank text filters nothing.
+    const all = await readList(await t.call('GET', '/api/v1/presets'));
+    for (const blank of ['', '   ']) expect((await byName(blank)).total).toBe(all.total);
+    expect(all.total).toBeGreaterThan(6);
+    // No preset name is longer than 200 characters: a longer text is a mistake, named.
+    expect((await byName(`${'x'.repeat(199)}é`)).total).toBe(0);
+    const long = await expectProblem(
+      await t.call('GET', `/api/v1/presets?name=${'x'.repeat(201)}`),
+      400,
+      'INVALID_QUERY',
+    );
+    expect(long.errors).toEqual([{ path: 'name', message: 'must be at most 200 characters' }]);
+  });
+
   it('PUT replaces the whole definition, ignores echoed read-only fields and emits preset.updated', async () => {
     const p = await json(await t.call('POST', '/api/v1/presets', full), 201);
     // A client may send back the object it read: id/uuid/createdAt/updatedAt are ignored, not 422.

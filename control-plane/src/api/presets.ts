@@ -1,8 +1,8 @@
-import { PresetCreate } from '@ffleet/shared';
+import { PresetCreate, PresetListQuery } from '@ffleet/shared';
 import { Hono } from 'hono';
 import { createPreset, deletePreset, getPreset, listPresets, updatePreset } from '../services/presets.ts';
 import type { ApiEnv } from './app-env.ts';
-import { created, listResponse, parseJsonBody, parsePage } from './http.ts';
+import { created, listResponse, parseJsonBody, parsePage, parseQuery } from './http.ts';
 
 const READ_ONLY = ['id', 'uuid', 'createdAt', 'updatedAt'];
 
@@ -13,7 +13,9 @@ export const presetsApi = new Hono<ApiEnv>()
     return created(c, `/api/v1/presets/${p.id}`, p);
   })
   .get('/', async (c) => {
-    const { items, total } = await listPresets(c.var.ctx, parsePage(c));
+    const page = parsePage(c);
+    const q = parseQuery(c, PresetListQuery);
+    const { items, total } = await listPresets(c.var.ctx, page, q);
     return listResponse(c, items, total);
   })
   .get('/:id', async (c) => c.json(await getPreset(c.var.ctx, c.req.param('id'))))

@@ -112,6 +112,30 @@ describe('operational routes', () => {
     }
   });
 
+  it('documents the preset name filter, the delivery filter and the log level routes', async () => {
+    const doc = await json(await t.call('GET', '/api/v1/openapi.json'));
+    const param = (path: string, name: string) =>
+      doc.paths[path].get.parameters.find((p: { name: string }) => p.name === name);
+    expect(param('/api/v1/presets', 'name')).toMatchObject({
+      in: 'query',
+      schema: { type: 'string', maxLength: 200 },
+    });
+    expect(param('/api/v1/webhooks/executions', 'deliveryId')).toMatchObject({
+      in: 'query',
+      schema: { type: 'string', format: 'uuid' },
+    });
+    const levels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
+    expect(doc.components.schemas.LogLevel.properties.level.enum).toEqual(levels);
+    const { get, put } = doc.paths['/api/v1/system/log-level'];
+    expect(get.responses['200'].content['application/json'].schema).toEqual({
+      $ref: '#/components/schemas/LogLevel',
+    });
+    expect(put.requestBody.content['application/json'].schema).toEqual({
+      $ref: '#/components/schemas/LogLevel',
+    });
+    expect(Object.keys(put.responses).sort()).toEqual(['200', '400', '401', '413', '415', '422']);
+  });
+
   it('serves the API reference page and its assets locally (no CDN)', async () => {
     const res = await t.call('GET', '/api/v1/docs');
     expect(res.status).toBe(200);

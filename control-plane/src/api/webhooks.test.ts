@@ -396,3 +396,78 @@ describe('webhook execution routes', () => {
     expect(queued).toMatchObject({ webhook: null, source: 'direct', url: 'http://127.0.0.1:9/direct' });
   });
 });
+
+describe('webhook execution routes: the attempts of one delivery', () => {
+  const t = useTestApp();
+  const eventId = randomUUID();
+  const followed = randomUUID();
+  const other = randomUUID(); // the same event to another target, or a redelivery: its own delivery
+  const execs: Record<string, string> = {};
+
+  beforeAll(async () => {
+    const attempts: [string, string, number, boolean][] = [
+      ['f1', followed, 1, false],
+      ['o1', other, 1, true],
+      ['f2', followed, 2, false],
+      ['f3', followed, 3, true],
+    ];
+    let at = 1_700_000_000_000;
+    for (const [name, deliveryId, attempt, success] of attempts) {
+      execs[name] = randomUUID();
+      await t.db.db.insert(webhookExecutions).values({
+        id: execs[name]!,
+        deliveryId,
+        webhookId: null,
+        source: 'direct',
+        event: 'task.updated',
+        url: `http://127.0.0.1:9/${deliveryId === followed ? 'a' : 'b'}`,
+        attempt,
+        request: { method: 'POST', headers: {}, body: JSON.stringify({ id: eventId }) },
+        response: success ? { status: 204, headers: {}, body: '' } : null,
+        error: success ? '' : 'ECONNREFUSED',
+        success,
+        durationMs: 2,
+        createdAt: at++,
+      });
+    }
+  });
+
+  const list = async (qs: string) => {
+    const l = await readList<{ id: string; deliveryId: string; attempt: number }>(
+      await t.call('GET', `/api/v1/webhooks/executions${qs}`),
+    );
+    return { total: l.total, attempts: l.items.map((x) => [x.deliveryId === followed, x.attempt]) };
+  };
+
+  it('?deliveryId= lists the attempts (retries) of that delivery only, newest first, with the other filters', async () => {
+    expect(await list('')).toMatchObject({ total: 4 });
+    expect(await list(`?deliveryId=${followed}`)).toEqual({
+      total: 3,
+      attempts: [
+        [true, 3],
+        [true, 2],
+        [true, 1],
+      ],
+    });
+    expect(await list(`?deliveryId=${followed.toUpperCase()}`)).toEqual(
+      await list(`?deliveryId=${followed}`),
+    );
+    expect(await list(`?deliveryId=${followed}&success=false&perPage=1&page=1`)).toEqual({
+      total: 2,
+      attempts: [[true, 1]],
+    });
+    expect(await list(`?deliveryId=${other}`)).toEqual({ total: 1, attempts: [[false, 1]] });
+    expect(await list(`?deliveryId=${UNKNOWN_ID}`)).toEqual({ total: 0, attempts: [] });
+  });
+
+  it('?deliveryId= that is not a UUID is a 400 naming the field', async () => {
+    for (const bad of ['not-a-uuid', '', `${followed}0`, execs.f1!.replaceAll('-', '')]) {
+      const p = await expectProblem(
+        await t.call('GET', `/api/v1/webhooks/executions?deliveryId=${encodeURIComponent(bad)}`),
+        400,
+        'INVALID_QUERY',
+      );
+      expect(p.errors, bad).toEqual([{ path: 'deliveryId', message: 'must be a UUID' }]);
+    }
+  });
+});

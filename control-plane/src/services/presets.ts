@@ -1,6 +1,12 @@
 import { randomUUID } from 'node:crypto';
-import { checkCommand, type PageQuery, type Preset, type PresetCreate } from '@ffleet/shared';
-import { count, desc, eq, sql } from 'drizzle-orm';
+import {
+  checkCommand,
+  type PageQuery,
+  type Preset,
+  type PresetCreate,
+  type PresetListQuery,
+} from '@ffleet/shared';
+import { count, desc, eq, ilike, sql } from 'drizzle-orm';
 import { ConflictError, NotFoundError, ValidationError } from '../api/errors.ts';
 import { toPreset } from '../db/mappers.ts';
 import { presets, watchfolders } from '../db/schema.ts';
@@ -51,11 +57,17 @@ export async function createPreset(ctx: ServiceContext, input: PresetCreate): Pr
   });
 }
 
-export async function listPresets(ctx: ServiceContext, page: PageQuery) {
+/** `name`: contains, ignoring case; LIKE's wildcards and escape in it are matched as themselves. */
+export async function listPresets(
+  ctx: ServiceContext,
+  page: PageQuery,
+  q: PresetListQuery = { name: undefined },
+) {
   const db = ctx.database.db;
+  const where = q.name ? ilike(presets.name, `%${q.name.replace(/[\\%_]/g, (m) => `\\${m}`)}%`) : undefined;
   const { rows, total } = await paginate(
-    db.select().from(presets).orderBy(desc(presets.createdAt), desc(presets.id)),
-    db.select({ n: count() }).from(presets),
+    db.select().from(presets).where(where).orderBy(desc(presets.createdAt), desc(presets.id)),
+    db.select({ n: count() }).from(presets).where(where),
     page,
   );
   return { items: rows.map(toPreset), total };

@@ -110,6 +110,7 @@ export async function listExecutions(ctx: ServiceContext, q: ExecutionListQuery,
   if (q.task) conds.push(isUuid(q.task) ? eq(webhookExecutions.taskId, q.task) : never);
   if (q.event) conds.push(eq(webhookExecutions.event, q.event));
   if (q.success) conds.push(eq(webhookExecutions.success, q.success === 'true'));
+  if (q.deliveryId) conds.push(eq(webhookExecutions.deliveryId, q.deliveryId));
   const where = conds.length ? and(...conds) : undefined;
   const { rows, total } = await paginate(
     db

@@ -34,3 +34,18 @@ export const Preset = z.object({
   updatedAt: Millis,
 });
 export type Preset = z.infer<typeof Preset>;
+
+/**
+ * Filters of `GET /api/v1/presets`. `name`: presets whose name contains the text, ignoring case
+ * (`%`, `_` and `\` match themselves); surrounding spaces are ignored and an empty text filters
+ * nothing. A preset name has at most 200 characters, so a longer text is a mistake.
+ */
+export const PresetListQuery = z.object({
+  name: z
+    .string()
+    .trim()
+    .max(200)
+    .optional()
+    .transform((v) => v || undefined),
+});
+export type PresetListQuery = z.infer<typeof PresetListQuery>;

@@ -44,11 +44,20 @@ export const WebhookExecution = z.object({
 });
 export type WebhookExecution = z.infer<typeof WebhookExecution>;
 
+/**
+ * Filters of `GET /api/v1/webhooks/executions`. `deliveryId`: the attempts of one delivery (the
+ * retries of one event to one target). Text that is not a UUID (empty too) cannot name a delivery and
+ * is refused, not answered with every attempt or none.
+ */
 export const ExecutionListQuery = z.object({
   webhook: z.string().max(100).optional(),
   event: EventName.optional(),
   success: z.enum(['true', 'false']).optional(),
   task: z.string().max(100).optional(),
+  deliveryId: z
+    .string()
+    .regex(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i, 'must be a UUID')
+    .optional(),
 });
 export type ExecutionListQuery = z.infer<typeof ExecutionListQuery>;
 
