@@ -81,11 +81,16 @@ const WATCH_SUBMIT_MAX_WAIT_MS = 10 * 60_000;
 /** Watch scan state (lastCheck/error) is sent at most this often per folder unless the error changes. */
 const WATCH_STATE_EVERY_MS = 2_000;
 
+/** Why a run goes back to the queue on a forced stop. */
+const FORCED_STOP = 'the agent was told to stop now (a second SIGTERM or a forced stop)';
+
 type Run = {
   claimed: ClaimedTask;
   seq: number;
   abort: AbortController;
   handingBack: boolean;
+  /** Why it is handed back: the last line of the attempt's logs. */
+  handBackWhy?: string;
   done: Promise<void>;
   /** Why the canceled run's partial output must stay: the path may be other work's by now. */
   keepsOutput?: string;
@@ -291,7 +296,7 @@ export class FleetAgent {
   async handBack(): Promise<void> {
     this.#startDraining();
     this.#handingBack = true;
-    for (const r of this.#runs.values()) this.#handBackRun(r);
+    for (const r of this.#runs.values()) this.#handBackRun(r, FORCED_STOP);
     // Tasks of a claim answered meanwhile are handed back as they arrive (#startRun).
     await this.#claimSettled();
     await Promise.allSettled([...this.#runs.values()].map((r) => r.done));
@@ -346,12 +351,14 @@ export class FleetAgent {
       r.keepsOutput = 'the broker refused this agent, and the task goes to another attempt';
       clearTimeout(r.giveUpTimer);
       // An operator's cancel in its grace stays a cancel; anything else goes back to the queue.
-      if (!r.abort.signal.aborted) this.#handBackRun(r);
+      if (!r.abort.signal.aborted)
+        this.#handBackRun(r, 'the broker refuses this agent, so the task goes to another attempt');
       r.killNow.abort(); // at once: no trailer written into a path that may be the next attempt's
     }
   }
 
-  #handBackRun(r: Run): void {
+  #handBackRun(r: Run, why: string): void {
+    r.handBackWhy ??= why;
     r.handingBack = true;
     r.abort.abort(HANDED_BACK);
   }
@@ -769,7 +776,14 @@ export class FleetAgent {
       );
     // Claimed as a forced stop began, answered too late, or with no transcoder: it goes straight back,
     // nothing is started.
-    if (this.#handingBack || lateMs > 0 || transcoderPath === undefined) this.#handBackRun(run);
+    if (this.#handingBack) this.#handBackRun(run, FORCED_STOP);
+    else if (lateMs > 0)
+      this.#handBackRun(
+        run,
+        'the claim was answered after its lease could have run out; nothing was started',
+      );
+    else if (transcoderPath === undefined)
+      this.#handBackRun(run, 'this agent has no working transcoder; nothing was started');
     run.done = runTask({
       claimed,
       transcoderPath: transcoderPath ?? '',
@@ -778,7 +792,10 @@ export class FleetAgent {
           { taskId: task.id, attempt, transcoder: transcoderPath, error },
           'the transcoder could not be started and is gone: the task is handed back, and the transcoder looked for again',
         );
-        this.#handBackRun(run);
+        this.#handBackRun(
+          run,
+          'the transcoder could not be started and is gone; this agent looks for it again and claims nothing meanwhile',
+        );
         if (this.#transcoder?.path === transcoderPath) this.#search.lost(error);
       },
       reporter,
@@ -791,7 +808,14 @@ export class FleetAgent {
       env: { ...this.#cfg.env, [RUN_MARK_VAR]: runMark(this.#cfg.name, this.#bootId) },
     })
       .then(() => {
-        if (run.handingBack) send({ kind: 'update', patch: { status: 'QUEUED', deliberate: true } });
+        if (!run.handingBack) return;
+        // The attempt's output is kept with the hand-back (the control plane stores it whatever the patch
+        // does), ending with why it went back to the queue.
+        const logs = [
+          ...reporter.takeUnsent(),
+          { step: 'agent' as const, text: `handed back: ${run.handBackWhy}\n` },
+        ];
+        send({ kind: 'update', patch: { status: 'QUEUED', deliberate: true }, logs });
       })
       .finally(() => {
         clearTimeout(run.giveUpTimer);

@@ -92,6 +92,8 @@ describe('stops meeting a claim in flight', () => {
       expect(queued.attempt).toBe(1);
       expect(existsSync(target)).toBe(false);
       expect(processesMatching(target)).toEqual([]);
+      // The attempt's logs say why it went back.
+      expect(await c.api.taskLogs(task.id)).toContain('handed back: the agent was told to stop now');
     } finally {
       await relay.close();
       await c.api.patch(`/api/v1/tasks/${task.id}/cancel`);

@@ -155,6 +155,12 @@ describe('an agent whose transcoder appears after it started, and goes away agai
           'the transcoder could not be started and is gone: the task is handed back, and the transcoder looked for again',
         ),
       ).toHaveLength(1);
+      // The attempt's logs say what happened to it (they were dropped with the hand-back before).
+      const attemptLogs = await c.api.taskLogs(second.id);
+      expect(attemptLogs).toContain(`${transcoder} no longer answers -version`);
+      expect(attemptLogs).toContain(
+        'handed back: the transcoder could not be started and is gone; this agent looks for it again',
+      );
       await sleep(3 * RETRY_MS);
       expect((await c.api.getTask(second.id)).status).toBe('QUEUED');
 

@@ -68,6 +68,27 @@ describe('coalescingReporter', () => {
     reporter.log('agent', 'after\n');
     await tick();
     expect(sent).toEqual([]);
+    // Kept for the hand-back report, in order.
+    expect(reporter.takeUnsent()).toEqual([
+      { step: 'transcoder', text: 'before\n' },
+      { step: 'agent', text: 'after\n' },
+    ]);
+    expect(reporter.takeUnsent()).toEqual([]);
+  });
+
+  it('keeps only the newest output while muted (one hand-back report stays small)', async () => {
+    const { sent, reporter, mute } = recorder();
+    mute();
+    const line = `${'x'.repeat(999)}\n`;
+    for (let i = 0; i < 100; i++) reporter.log('transcoder', line);
+    reporter.log('agent', 'last\n');
+    await tick();
+    expect(sent).toEqual([]);
+    const kept = reporter.takeUnsent();
+    const chars = kept.reduce((n, l) => n + l.text.length, 0);
+    expect(chars).toBeLessThanOrEqual(DEFER_MAX_LOG_CHARS);
+    expect(chars).toBeGreaterThan(DEFER_MAX_LOG_CHARS - line.length - 10);
+    expect(kept.at(-1)).toEqual({ step: 'agent', text: 'last\n' });
   });
 
   describe('deferrable updates', () => {
@@ -144,7 +165,7 @@ describe('coalescingReporter', () => {
       expect((sent[0] as { logs: unknown[] }).logs).toHaveLength(2);
     });
 
-    it('are dropped with their output when the run is muted before they are sent', async () => {
+    it('are not sent when the run is muted before they are; their output is kept', async () => {
       vi.useFakeTimers();
       const { sent, reporter, mute } = recorder();
       reporter.update({ status: 'RUNNING' }, { defer: true });
@@ -154,6 +175,8 @@ describe('coalescingReporter', () => {
       await vi.advanceTimersByTimeAsync(DEFER_MAX_MS);
       reporter.update({ status: 'DONE_CANCELED' });
       expect(sent).toEqual([]);
+      // Their output is kept for the hand-back report.
+      expect(reporter.takeUnsent()).toEqual([{ step: 'transcoder', text: 'a\n' }]);
     });
   });
 });

@@ -28,14 +28,21 @@ export const DEFER_MAX_LOG_CHARS = 32 * 1024;
  *   then reported once, by its result, instead of by a RUNNING details report, a log report and the
  *   result: for short tasks that is most of what agent and control plane spend per task.
  *
- * `send` is skipped while `muted()` is true (a run being handed back reports nothing more of its own);
- * what is held then is dropped.
+ * `send` is skipped while `muted()` is true (a run being handed back reports nothing more of its own).
+ * Its output is kept instead, the last {@link DEFER_MAX_LOG_CHARS} characters of it, with what was held
+ * unsent: `takeUnsent()` returns it for the hand-back report, so the attempt's logs say what happened
+ * to it (a transcoder that could not start, a forced stop's last lines).
  */
+export type CoalescingReporter = TaskReporter & {
+  /** Output not sent (held, or muted), oldest first; the reporter forgets it. */
+  takeUnsent(): LogText[];
+};
+
 export function coalescingReporter(
   send: (body: ReportBody) => void,
   muted: () => boolean,
   opts: { deferMaxMs?: number } = {},
-): TaskReporter {
+): CoalescingReporter {
   const deferMaxMs = opts.deferMaxMs ?? DEFER_MAX_MS;
   /** Output of the current tick, not yet sent. */
   let logs: LogText[] = [];
@@ -44,6 +51,16 @@ export function coalescingReporter(
   let heldLogs: LogText[] = [];
   let heldChars = 0;
   let timer: NodeJS.Timeout | undefined;
+  /** Output while muted, and what was held when it came: the newest DEFER_MAX_LOG_CHARS characters. */
+  let unsent: LogText[] = [];
+  let unsentChars = 0;
+  const keepUnsent = (more: LogText[]) => {
+    for (const l of more) {
+      unsent.push(l);
+      unsentChars += l.text.length;
+    }
+    while (unsentChars > DEFER_MAX_LOG_CHARS && unsent.length > 1) unsentChars -= unsent.shift()!.text.length;
+  };
 
   const takeHeld = (): { patch: TaskPatch; logs: LogText[] } => {
     clearTimeout(timer);
@@ -55,7 +72,10 @@ export function coalescingReporter(
     return out;
   };
   const sendUpdate = (patch: TaskPatch, carried: LogText[]) => {
-    if (muted()) return;
+    if (muted()) {
+      keepUnsent(carried);
+      return;
+    }
     send(carried.length ? { kind: 'update', patch, logs: carried } : { kind: 'update', patch });
   };
   const sendHeld = () => {
@@ -66,7 +86,11 @@ export function coalescingReporter(
   const flushTick = () => {
     const pending = logs;
     logs = [];
-    if (muted() || pending.length === 0) return;
+    if (pending.length === 0) return;
+    if (muted()) {
+      keepUnsent([...takeHeld().logs, ...pending]);
+      return;
+    }
     if (held !== null) {
       holdLogs(pending);
       return;
@@ -83,7 +107,12 @@ export function coalescingReporter(
 
   return {
     update: (patch, updateOpts) => {
-      if (muted()) return;
+      if (muted()) {
+        if (held !== null) keepUnsent(takeHeld().logs);
+        keepUnsent(logs);
+        logs = [];
+        return;
+      }
       const carried = logs;
       logs = [];
       if (updateOpts?.defer) {
@@ -100,9 +129,17 @@ export function coalescingReporter(
       sendUpdate(patch, carried);
     },
     log: (step, text) => {
-      if (muted()) return;
       if (logs.length === 0) queueMicrotask(flushTick);
       logs.push({ step, text });
+    },
+    takeUnsent: () => {
+      if (held !== null) keepUnsent(takeHeld().logs);
+      keepUnsent(logs);
+      logs = [];
+      const out = unsent;
+      unsent = [];
+      unsentChars = 0;
+      return out;
     },
   };
 }
