@@ -1,6 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { afterEach, describe, expect, it } from 'vitest';
-import { killOrphanedRuns, RUN_MARK_VAR, runMark } from './orphans.ts';
+import { findMarkedProcesses, killOrphanedRuns, RUN_MARK_VAR, runMark, STEP_MARK_VAR } from './orphans.ts';
 
 const started: ChildProcess[] = [];
 afterEach(() => {
@@ -11,11 +11,11 @@ afterEach(() => {
   }
 });
 
-function sleeper(mark: string): ChildProcess {
+function sleeper(mark: string, more: Record<string, string> = {}): ChildProcess {
   const c = spawn('sleep', ['30'], {
     detached: true,
     stdio: 'ignore',
-    env: { ...process.env, [RUN_MARK_VAR]: mark },
+    env: { ...process.env, [RUN_MARK_VAR]: mark, ...more },
   });
   started.push(c);
   return c;
@@ -58,5 +58,60 @@ describe('killOrphanedRuns', () => {
     expect(killed.sort()).toEqual([gone.pid, reused.pid].sort());
     await exited(gone);
     expect(alive(live.pid!)).toBe(true);
+  });
+});
+
+describe('findMarkedProcesses', () => {
+  it('finds exactly the processes carrying both the run mark and the step id, with their group', () => {
+    // Not ASCII: /proc holds the UTF-8 bytes of the marks.
+    const mark = runMark('bøx-4', 'böot');
+    const step = `stép-${process.pid}`;
+    const both = sleeper(mark, { [STEP_MARK_VAR]: step });
+    // A descendant in a group of its own carries the marks it inherited.
+    const inGroup = spawn('sh', ['-c', 'sleep 30 & echo $!; wait'], {
+      detached: true,
+      stdio: ['ignore', 'pipe', 'ignore'],
+      env: { ...process.env, [RUN_MARK_VAR]: mark, [STEP_MARK_VAR]: step },
+    });
+    started.push(inGroup);
+    const near = [
+      sleeper(mark), // the agent's mark alone (a process another way started, or an older agent's)
+      sleeper(mark, { [STEP_MARK_VAR]: 'another-step' }),
+      sleeper(mark, { [STEP_MARK_VAR]: `${step}0` }),
+      sleeper(`${mark}0`, { [STEP_MARK_VAR]: step }),
+      sleeper('bøx-4:other-boot', { [STEP_MARK_VAR]: step }),
+    ];
+    const env: NodeJS.ProcessEnv = { ...process.env, [STEP_MARK_VAR]: step };
+    delete env[RUN_MARK_VAR];
+    const noMark = spawn('sleep', ['30'], { detached: true, stdio: 'ignore', env });
+    started.push(noMark);
+    return new Promise<void>((done, fail) => {
+      inGroup.stdout!.once('data', (d: Buffer) => {
+        try {
+          const grandchild = Number(d.toString().trim());
+          const found = findMarkedProcesses(mark, step).sort((a, b) => a.pid - b.pid);
+          const expected = [
+            { pid: both.pid!, pgrp: both.pid! },
+            { pid: inGroup.pid!, pgrp: inGroup.pid! },
+            { pid: grandchild, pgrp: inGroup.pid! },
+          ].sort((a, b) => a.pid - b.pid);
+          expect(found).toEqual(expected);
+          expect(near.every((c) => found.every((f) => f.pid !== c.pid))).toBe(true);
+          expect(found.some((f) => f.pid === noMark.pid)).toBe(false);
+          done();
+        } catch (err) {
+          fail(err);
+        }
+      });
+    });
+  });
+
+  it('finds nothing without /proc, or with an empty mark', () => {
+    const mark = runMark('box-5', 'boot');
+    // Would match an empty step id if one were looked for.
+    sleeper(mark, { [STEP_MARK_VAR]: '' });
+    expect(findMarkedProcesses(mark, 'step', '/nonexistent/proc')).toEqual([]);
+    expect(findMarkedProcesses(mark, '')).toEqual([]);
+    expect(findMarkedProcesses('', 'step')).toEqual([]);
   });
 });

@@ -7,6 +7,13 @@ import { processStartTime, procStatFields } from '@ffleet/shared';
  */
 export const RUN_MARK_VAR = 'FFLEET_AGENT_RUN';
 
+/**
+ * Every process runProcess starts carries this variable too, and its descendants inherit it: an id of
+ * that one run (step), unique in the agent process. With the run mark it finds what a step started
+ * that left the step's process group (findMarkedProcesses).
+ */
+export const STEP_MARK_VAR = 'FFLEET_AGENT_STEP';
+
 /** This process's start time, read once (it is the same for the process's life): `''` when unknown. */
 let ownStart: string | undefined;
 
@@ -62,4 +69,55 @@ export function killOrphanedRuns(agentName: string, currentBootId: string): numb
     } catch {}
   }
   return [...groups];
+}
+
+/** A process found by its marks: its pid and process group. */
+export interface MarkedProcess {
+  pid: number;
+  pgrp: number;
+}
+
+/**
+ * The live processes whose environment holds exactly `FFLEET_AGENT_RUN=<runMark>` and
+ * `FFLEET_AGENT_STEP=<stepId>` (RUN_MARK_VAR, STEP_MARK_VAR), found in `<procDir>/<pid>/environ`: a
+ * step's descendants, also those that left its process group. A process without both marks is never
+ * returned. No /proc (not Linux): none. A process this one may not read (another user's) is skipped.
+ * Reads every process's environ: milliseconds on a busy host, so for rare paths (a cancel) only.
+ */
+export function findMarkedProcesses(runMark: string, stepId: string, procDir = '/proc'): MarkedProcess[] {
+  if (!runMark || !stepId) return [];
+  let pids: string[];
+  try {
+    pids = readdirSync(procDir).filter((d) => /^\d+$/.test(d));
+  } catch {
+    return []; // No /proc (not Linux): nothing to find.
+  }
+  // environ holds bytes: read as latin1, they compare with the UTF-8 bytes of the marks (a name may not be ASCII).
+  const run = Buffer.from(`${RUN_MARK_VAR}=${runMark}`).toString('latin1');
+  const step = Buffer.from(`${STEP_MARK_VAR}=${stepId}`).toString('latin1');
+  const found: MarkedProcess[] = [];
+  for (const pid of pids) {
+    let environ: string;
+    try {
+      environ = readFileSync(`${procDir}/${pid}/environ`, 'latin1');
+    } catch {
+      continue; // Gone, or not ours to read.
+    }
+    // A cheap look first: nearly every process on the host carries neither.
+    if (!environ.includes(step)) continue;
+    const vars = environ.split('\0');
+    if (!vars.includes(step) || !vars.includes(run)) continue;
+    let stat: string;
+    try {
+      stat = readFileSync(`${procDir}/${pid}/stat`, 'latin1');
+    } catch {
+      continue; // Ended meanwhile.
+    }
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    // A zombie has exited already: nothing to signal.
+    if (fields[0] === 'Z' || fields[0] === 'X') continue;
+    const pgrp = Number(fields[2]);
+    if (Number.isInteger(pgrp)) found.push({ pid: Number(pid), pgrp });
+  }
+  return found;
 }

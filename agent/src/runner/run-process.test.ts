@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { listGroupMembers, listLiveProcesses } from './fixtures/live-processes.ts';
+import { listGroupMembers, listLiveProcesses, waitFor } from './fixtures/live-processes.ts';
 import { nativeSpawnStatus } from './native-spawn.ts';
 import {
   CAPTURE_POLL_MS,
@@ -34,16 +34,6 @@ function openCaptureFiles(): { fd: string; target: string }[] {
 /** The file system type of `dir` as coreutils' stat(1) names it (`tmpfs`, `ext2/ext3`, …). */
 const fsType = (dir: string) =>
   spawnSync('stat', ['-f', '-c', '%T', dir], { encoding: 'utf8' }).stdout.trim();
-
-/** Wait until `predicate` holds, polling; false after `timeoutMs`. */
-async function waitFor(predicate: () => boolean, timeoutMs = 2000): Promise<boolean> {
-  const end = Date.now() + timeoutMs;
-  while (Date.now() < end) {
-    if (predicate()) return true;
-    await new Promise((r) => setTimeout(r, 20));
-  }
-  return predicate();
-}
 
 const strays: number[] = [];
 

@@ -15,6 +15,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { StringDecoder } from 'node:string_decoder';
+import { findMarkedProcesses, RUN_MARK_VAR, STEP_MARK_VAR } from '../orphans.ts';
 import { LineSplitter } from './line-splitter.ts';
 import { punchHole, spawnNative } from './native-spawn.ts';
 import { TailBuffer } from './tail-buffer.ts';
@@ -81,7 +82,13 @@ export interface RunProcessOptions {
   /** Executable path (or a name looked up on PATH by the OS). */
   file: string;
   args: readonly string[];
-  /** The complete environment of the process; default: the agent's environment. */
+  /**
+   * The complete environment of the process (default: the agent's environment). When it holds the
+   * agent's `FFLEET_AGENT_RUN` mark (orphans.ts), runProcess adds `FFLEET_AGENT_STEP` (STEP_MARK_VAR):
+   * an id of this run that its descendants inherit. The two name what the process started outside its
+   * process group (see runProcess). Without the mark the environment is passed as given and nothing
+   * outside the group is followed.
+   */
   env?: NodeJS.ProcessEnv;
   cwd?: string;
   /** Aborting it kills the process group: SIGTERM, then SIGKILL after `graceMs`. */
@@ -130,13 +137,29 @@ export interface RunProcessResult {
   leftovers?: true;
 }
 
+let stepSeq = 0;
+
+/** An id for one run, unique in this agent process (a counter) and not guessable from outside. */
+const newStepId = (): string => `${(++stepSeq).toString(36)}.${randomBytes(6).toString('hex')}`;
+
 /**
  * Run one executable without a shell in its own process group, streaming its output line by line.
  * Never rejects: a spawn failure, a non-zero exit, a death by signal and a cancel are all values.
  * On cancel the whole group (the process and anything it started) gets SIGTERM, then SIGKILL after
  * the grace period; the promise settles once the process has exited. Whatever is left in the group
- * when the process ends is killed then (SIGKILL). A descendant that left the group (`setsid`, a
- * shell's job control) is not tracked.
+ * when the process ends is killed then (SIGKILL).
+ *
+ * A descendant that left the group (`setsid`, `setsid -f`, a shell's job control) is found by its
+ * environment: the process carries `FFLEET_AGENT_STEP=<id of this run>` (added to `env`) and every
+ * descendant inherits it, so /proc/<pid>/environ holding both that and the `FFLEET_AGENT_RUN` mark of
+ * `env` (this agent process) names it. On cancel these get what the group gets (SIGTERM, then SIGKILL
+ * with it; SIGKILL at once when fenced out or on `killNow`), and SIGKILL when the process ends, like
+ * the group's leftovers. When the process ends without a cancel, /proc is read only if the group
+ * still had members (then those outside it are killed too): reading every process's environ costs
+ * milliseconds, and this is every task's path. So a step that only detached a process (`setsid -f
+ * uploader`) and left nothing in its group leaves that process running. Never followed: a descendant
+ * that replaced its environment (`env -i`) or runs as another user (its environ cannot be read), and
+ * nothing at all when `env` carries no `FFLEET_AGENT_RUN` or there is no /proc (not Linux).
  */
 export function runProcess(options: RunProcessOptions): Promise<RunProcessResult> {
   const { signal } = options;
@@ -159,7 +182,12 @@ export function runProcess(options: RunProcessOptions): Promise<RunProcessResult
     const files = openCaptureFiles(
       options.captureDir === undefined ? defaultCaptureDir() : options.captureDir,
     );
-    const env = options.env ?? process.env;
+    const given = options.env ?? process.env;
+    // The step id is of use only with the agent's mark beside it (see runProcess): without one, the
+    // environment is passed exactly as given.
+    const runMark = given[RUN_MARK_VAR];
+    const stepId = runMark ? newStepId() : undefined;
+    const env = stepId ? { ...given, [STEP_MARK_VAR]: stepId } : given;
     // Captured to files, the process needs no pipes: posix_spawn can start it (see native-spawn.ts).
     const nativePid =
       files && options.spawner !== 'node'
@@ -244,19 +272,41 @@ export function runProcess(options: RunProcessOptions): Promise<RunProcessResult
       }
     };
 
+    /**
+     * Signal the processes of this run outside its group (see runProcess): a scan of /proc, so only on
+     * cancel, or at the end when the group had leftovers.
+     */
+    const killEscaped = (sig: NodeJS.Signals): void => {
+      const leader = pid();
+      if (leader === undefined || !runMark || !stepId) return;
+      for (const p of findMarkedProcesses(runMark, stepId)) {
+        if (p.pgrp === leader) continue; // In the group: killGroup reaches it.
+        try {
+          process.kill(p.pid, sig);
+        } catch {
+          // Gone meanwhile.
+        }
+      }
+    };
+    /** The group and what left it. */
+    const killAll = (sig: NodeJS.Signals): void => {
+      killGroup(sig);
+      killEscaped(sig);
+    };
+
     const onAbort = (): void => {
       if (settled || pid() === undefined) return;
       canceled = true;
       // Fenced out: another attempt owns the output now, so no grace in which ffmpeg could write a trailer.
       if (signal?.reason === FENCED_OUT) {
-        killGroup('SIGKILL');
+        killAll('SIGKILL');
         return;
       }
-      killGroup('SIGTERM');
-      killTimer = setTimeout(() => killGroup('SIGKILL'), graceMs);
+      killAll('SIGTERM');
+      killTimer = setTimeout(() => killAll('SIGKILL'), graceMs);
     };
     const onKillNow = (): void => {
-      if (!settled && canceled) killGroup('SIGKILL');
+      if (!settled && canceled) killAll('SIGKILL');
     };
 
     function finish(result: Omit<RunProcessResult, 'stdoutTail' | 'stderrTail' | 'canceled' | 'ok'>): void {
@@ -273,6 +323,10 @@ export function runProcess(options: RunProcessOptions): Promise<RunProcessResult
       // (One kill(2) when the group is empty, as it is after nearly every process.)
       const leftovers = result.error === undefined && killGroup(0);
       if (leftovers) killGroup('SIGKILL');
+      // What left the group: after a cancel always (a process that ignored SIGTERM gets no grace once the
+      // step has ended, as in the group), else only when the group had leftovers, as /proc is read for it
+      // (the step ended normally with an empty group: no read, see runProcess).
+      if (result.error === undefined && (canceled || leftovers)) killEscaped('SIGKILL');
       // The last read: the process has exited and what it left running is killed.
       readCaptures();
       stdoutLines.end();
