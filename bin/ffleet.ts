@@ -157,14 +157,18 @@ async function runControlPlane(withLocalAgent: boolean): Promise<void> {
 /**
  * `ffleet agent-token <name>`: the token that logs in `name` and no other agent (agentTokenFor), from
  * FFLEET_AGENT_TOKEN or the one the control plane keeps in FFLEET_DATA_DIR. It never generates one: a
- * token nobody's control plane holds would let nothing in.
+ * token nobody's control plane holds would let nothing in. `--generation`: the token of that generation
+ * (after `POST /api/v1/agents/{id}/token` revoked the ones before; the API answers with the new token too).
  */
-function printAgentToken(name: string): void {
+function printAgentToken(name: string, generationText = '0'): void {
   if (!AGENT_ID_RE.test(name)) {
     exitInvalid([
       `agent name ${JSON.stringify(name)}: use 1-100 letters, digits, '_', '.', '-' (as FFLEET_AGENT_NAME)`,
     ]);
   }
+  const generation = Number(generationText);
+  if (!/^\d{1,9}$/.test(generationText) || !Number.isSafeInteger(generation))
+    exitInvalid([`--generation: must be a whole number from 0, got ${JSON.stringify(generationText)}`]);
   let fleetToken = process.env.FFLEET_AGENT_TOKEN;
   if (!fleetToken) {
     const dataDir = resolve(process.env.FFLEET_DATA_DIR || './data');
@@ -179,7 +183,7 @@ function printAgentToken(name: string): void {
     }
     if (!fleetToken) exitInvalid([`FFLEET_AGENT_TOKEN: not set, and ${file} is empty`]);
   }
-  process.stdout.write(`${agentTokenFor(fleetToken, name)}\n`);
+  process.stdout.write(`${agentTokenFor(fleetToken, name, generation)}\n`);
 }
 
 /** `--help`'s closing lines: the commands take no options, everything comes from the environment. */
@@ -234,9 +238,13 @@ program
   .command('agent-token')
   .description("print an agent's own token (run where the control plane's agent token is)")
   .argument('<name>', "the agent's name (its FFLEET_AGENT_NAME)")
+  .option(
+    '--generation <n>',
+    'the generation POST /api/v1/agents/{id}/token last gave this name (default 0: the token as first issued)',
+  )
   // A name may start with '-' (FFLEET_AGENT_NAME=-x is valid): taken as the name, not as an option.
   .allowUnknownOption()
-  .action((name: string) => printAgentToken(name));
+  .action((name: string, opts: { generation?: string }) => printAgentToken(name, opts.generation));
 
 if (process.argv.length <= 2) {
   process.stderr.write(

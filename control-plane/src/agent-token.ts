@@ -61,10 +61,16 @@ export const AGENT_TOKEN_PREFIX = 'fa1_';
  * (which holds the fleet token) recomputes it at each login, so no table of tokens is kept; the box
  * holds only its own token, which logs in under its own name and no other. `ffleet agent-token <name>`
  * prints it; `FFLEET_AGENT_AUTH=per-agent` makes it the only way in (the fleet token then stays on the
- * control plane). Rotating the fleet token replaces every agent's token.
+ * control plane). Rotating the fleet token replaces every agent's token; one agent's token is replaced
+ * (and the one before it revoked) by moving its name to the next `generation` (agent_credentials).
  */
-export function agentTokenFor(fleetToken: string, agentName: string): string {
+export function agentTokenFor(fleetToken: string, agentName: string, generation = 0): string {
   if (!AGENT_ID_RE.test(agentName)) throw new Error(`invalid agent name ${JSON.stringify(agentName)}`);
-  const mac = createHmac('sha256', fleetToken).update(`ffleet agent token v1\n${agentName}`).digest();
+  if (!Number.isSafeInteger(generation) || generation < 0)
+    throw new Error(`invalid token generation ${JSON.stringify(generation)}`);
+  // Generation 0 is the token as first issued (no suffix: tokens printed before generations existed
+  // stay valid); each `POST /api/v1/agents/{id}/token` moves the name to the next one.
+  const what = generation === 0 ? agentName : `${agentName}\n${generation}`;
+  const mac = createHmac('sha256', fleetToken).update(`ffleet agent token v1\n${what}`).digest();
   return `${AGENT_TOKEN_PREFIX}${mac.toString('base64url')}`;
 }

@@ -4,7 +4,8 @@ import { join } from 'node:path';
 import { makeDirectory, SHORT_TOKEN_WARNING, takeLockFile } from '@ffleet/shared';
 import type { ServerType } from '@hono/node-server';
 import type { Logger } from 'pino';
-import { agentTokenPath, keptTokenDiffers, loadAgentToken } from './agent-token.ts';
+import { agentTokenFor, agentTokenPath, keptTokenDiffers, loadAgentToken } from './agent-token.ts';
+import type { AgentTokenIssuer } from './api/agents.ts';
 import { createApp } from './api/app.ts';
 import { createApiServer } from './api/client-errors.ts';
 import { healthFacts } from './api/health-facts.ts';
@@ -18,6 +19,7 @@ import { PgliteCheckpointer } from './db/pglite-checkpointer.ts';
 import { EventBus } from './events/event-bus.ts';
 import { RetentionSweeper } from './events/retention.ts';
 import { Fleet } from './scheduler/fleet.ts';
+import { loadTokenGenerations, nextTokenGeneration } from './services/agent-credentials.ts';
 import type { ServiceContext } from './services/context.ts';
 import { normalizeStoredFolderPaths } from './services/watchfolders.ts';
 import { VERSION } from './version.ts';
@@ -144,11 +146,13 @@ export async function startControlPlane(
     // Credentials only for an external broker: the local link to the embedded one logs in as nobody.
     let cpPass = '';
     let local: LocalBrokerLink | undefined;
+    let rotateAgentToken: AgentTokenIssuer['rotate'];
     if (!mqttUrl) {
       const broker = new EmbeddedBroker({
         port: config.mqttPort,
         agentToken,
         agentAuth: config.agentAuth,
+        tokenGenerations: await loadTokenGenerations(database.db),
         // The control plane needs no login here (local link below): its user name stays reserved, with a
         // random token nobody holds, so no agent can connect under it and get its rights.
         internalUser: INTERNAL_MQTT_USER,
@@ -160,6 +164,11 @@ export async function startControlPlane(
       mqttUrl = `mqtt://127.0.0.1:${port}`;
       // The control plane talks to a broker in its own process without an MQTT connection.
       local = broker.localLink();
+      rotateAgentToken = async (name) => {
+        const generation = await nextTokenGeneration(database.db, name, Date.now());
+        const disconnected = broker.setTokenGeneration(name, generation);
+        return { generation, token: agentTokenFor(agentToken, name, generation), disconnected };
+      };
     } else {
       if (config.agentAuth === 'per-agent')
         logger.info(
@@ -234,6 +243,10 @@ export async function startControlPlane(
       cors: config.cors,
       bodyLimit: config.bodyLimit,
       redeliver: redeliverThrough(dispatcher),
+      agentTokens: {
+        fleetTokenAccepted: config.agentAuth !== 'per-agent',
+        ...(rotateAgentToken ? { rotate: rotateAgentToken } : {}),
+      },
       health: () => healthFacts(database, () => mqtt.connected),
     });
     const { server, port } = await listen(app, config.host, config.port);

@@ -57,6 +57,15 @@ describe('ffleet agent-token', () => {
       code: 0,
       stdout: `${agentTokenFor('set-fleet-token', '-odd.name_')}\n`,
     });
+    // A later generation (after POST /api/v1/agents/{id}/token), either side of the name.
+    for (const args of [
+      ['encode-01', '--generation', '3'],
+      ['--generation=3', 'encode-01'],
+    ])
+      expect(agentToken(args, { FFLEET_AGENT_TOKEN: 'set-fleet-token' }), args.join(' ')).toMatchObject({
+        code: 0,
+        stdout: `${agentTokenFor('set-fleet-token', 'encode-01', 3)}\n`,
+      });
     // As the README runs it: `npm run -s agent-token -- <name>` prints the token alone.
     const base = inheritedEnv();
     const npm = spawnSync('npm', ['run', '-s', 'agent-token', '--', 'encode-02'], {
@@ -80,6 +89,16 @@ describe('ffleet agent-token', () => {
         /^ffleet: invalid configuration: agent name "a b": use 1-100 letters/,
       ],
       [[], { FFLEET_AGENT_TOKEN: 'x' }, /^ffleet: missing required argument 'name'$/],
+      [
+        ['encode-01', '--generation', '-1'],
+        { FFLEET_AGENT_TOKEN: 'x' },
+        /^ffleet: invalid configuration: --generation: must be a whole number from 0, got "-1"$/,
+      ],
+      [
+        ['encode-01', '--generation', '1.5'],
+        { FFLEET_AGENT_TOKEN: 'x' },
+        /^ffleet: invalid configuration: --generation: must be a whole number from 0, got "1.5"$/,
+      ],
       [
         ['encode-01'],
         { FFLEET_DATA_DIR: empty },

@@ -9,7 +9,7 @@ import { EventHistory } from '../events/event-history.ts';
 import type { ServiceContext } from '../services/context.ts';
 import { apiReference } from '../ui/api-reference.ts';
 import { dashboard } from '../ui/dashboard.ts';
-import { agentsApi } from './agents.ts';
+import { type AgentTokenIssuer, agentsApi } from './agents.ts';
 import type { ApiEnv } from './app-env.ts';
 import { batchesApi } from './batches.ts';
 import { type CorsPolicy, cors } from './cors.ts';
@@ -34,6 +34,8 @@ export type AppDeps = {
   cors?: CorsPolicy;
   bodyLimit: number;
   redeliver: Redeliver;
+  /** Agents' own tokens (POST /api/v1/agents/{id}/token); without it the broker is taken as external. */
+  agentTokens?: Omit<AgentTokenIssuer, 'authenticated'>;
   /** Extra health facts (broker, agents) from the running parts. */
   health?: () => Promise<Record<string, unknown>>;
   /** Client address; defaults to the node socket's remote address. */
@@ -200,7 +202,14 @@ export function createApp(deps: AppDeps) {
   app.route('/api/v1/presets', presetsApi);
   app.route('/api/v1/watchfolders', watchfoldersApi);
   app.route('/api/v1/webhooks', webhooksApi(deps.redeliver));
-  app.route('/api/v1/agents', agentsApi);
+  app.route(
+    '/api/v1/agents',
+    agentsApi({
+      authenticated: deps.apiTokens.length > 0,
+      fleetTokenAccepted: deps.agentTokens?.fleetTokenAccepted ?? true,
+      ...(deps.agentTokens?.rotate ? { rotate: deps.agentTokens.rotate } : {}),
+    }),
+  );
   app.route('/ui', dashboard);
   app.get('/ui/', (c) => c.redirect('/ui', 302));
   app.get('/', (c) => c.redirect('/ui', 302)); // as FFmate, whose web UI is at /ui too

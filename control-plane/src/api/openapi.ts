@@ -1,5 +1,6 @@
 import * as S from '@ffleet/shared';
 import { z } from 'zod';
+import { AgentTokenIssued } from './agents.ts';
 import { LOG_LEVELS, LogLevel } from './system-log-level.ts';
 
 type Op = {
@@ -30,6 +31,7 @@ const COMPONENTS: Record<string, z.ZodType> = {
   WebhookExecution: S.WebhookExecution,
   Agent: S.Agent,
   AgentPatch: S.AgentPatch,
+  AgentTokenIssued,
   EventPayload: S.EventPayload,
   LogLevel,
   Problem: S.Problem,
@@ -340,6 +342,14 @@ const OPS: Op[] = [
     status: 204,
   },
   {
+    method: 'post',
+    path: '/api/v1/agents/{id}/token',
+    summary:
+      'A new own token for the agent (id or name, also a name not seen yet), revoking the one before: its connection with the old token is closed and refused from then on. Needs API tokens (403 without); 409 with an external broker (MQTT_URL), which checks agent logins itself',
+    tag: 'agents',
+    response: 'AgentTokenIssued',
+  },
+  {
     method: 'get',
     path: '/api/v1/events',
     summary:
@@ -445,10 +455,15 @@ export function buildOpenApi(version: string) {
     if (
       idempotent ||
       /cancel|restart|redeliver|presets\/\{id\}|watchfolders/.test(op.path) ||
-      (op.method === 'delete' && op.path === '/api/v1/agents/{id}')
+      (op.method === 'delete' && op.path === '/api/v1/agents/{id}') ||
+      op.path === '/api/v1/agents/{id}/token'
     ) {
       responses['409'] = problem(idempotent ? 'Idempotency-Key reused with another body' : 'state conflict');
     }
+    if (op.path === '/api/v1/agents/{id}/token')
+      responses['403'] = problem(
+        'no API tokens are configured: credentials are handed out only to authenticated clients',
+      );
     if (op.path === '/health') responses['503'] = { description: 'the database is unreachable' };
     else if (op.path.startsWith('/api/v1/') && !WITHOUT_DATABASE.has(op.path))
       responses['503'] = problem(

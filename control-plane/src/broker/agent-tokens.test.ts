@@ -20,20 +20,22 @@ describe('agent tokens on the embedded broker', () => {
   async function start(
     agentAuth?: 'shared' | 'per-agent',
     level: 'warn' | 'info' = 'warn',
-  ): Promise<{ url: string; records: LogRecord[] }> {
+    tokenGenerations?: ReadonlyMap<string, number>,
+  ): Promise<{ url: string; records: LogRecord[]; broker: EmbeddedBroker }> {
     const { logger, records } = captureLogger(level);
     const broker = new EmbeddedBroker({
       port: 0,
       host: '127.0.0.1',
       agentToken: FLEET_TOKEN,
       ...(agentAuth ? { agentAuth } : {}),
+      ...(tokenGenerations ? { tokenGenerations } : {}),
       internalUser: 'ffleet-control-plane',
       internalToken: 'internal-token-for-the-tests',
       logger,
     });
     brokers.push(broker);
     const { port } = await broker.start();
-    return { url: `mqtt://127.0.0.1:${port}`, records };
+    return { url: `mqtt://127.0.0.1:${port}`, records, broker };
   }
 
   async function logsIn(url: string, username: string, password: string): Promise<boolean> {
@@ -91,6 +93,44 @@ describe('agent tokens on the embedded broker', () => {
     expect(await logsIn(url, 'encode-02', agentTokenFor(FLEET_TOKEN, 'encode-02'))).toBe(true);
     expect(await logsIn(url, 'encode-03', agentTokenFor(FLEET_TOKEN, 'encode-02'))).toBe(false);
     expect(await logsIn(url, 'encode-04', 'wrong')).toBe(false);
+  });
+
+  it("takes an agent's own token of its current generation only: a revoked one is refused and named as such", async () => {
+    const { url, records } = await start('per-agent', 'warn', new Map([['encode-01', 2]]));
+    expect(await logsIn(url, 'encode-01', agentTokenFor(FLEET_TOKEN, 'encode-01'))).toBe(false);
+    expect(await logsIn(url, 'encode-01', agentTokenFor(FLEET_TOKEN, 'encode-01', 1))).toBe(false);
+    expect(await logsIn(url, 'encode-01', agentTokenFor(FLEET_TOKEN, 'encode-01', 3))).toBe(false);
+    expect(await logsIn(url, 'encode-01', agentTokenFor(FLEET_TOKEN, 'encode-01', 2))).toBe(true);
+    // Other names are at generation 0.
+    expect(await logsIn(url, 'encode-02', agentTokenFor(FLEET_TOKEN, 'encode-02'))).toBe(true);
+    const refusals = records.filter((r) => String(r.msg).startsWith('connection refused'));
+    expect(refusals.map((r) => r.msg)).toEqual([
+      "connection refused: a revoked token: encode-01's own token of generation 0, replaced by generation 2 (POST /api/v1/agents/encode-01/token)",
+      "connection refused: a revoked token: encode-01's own token of generation 1, replaced by generation 2 (POST /api/v1/agents/encode-01/token)",
+      "connection refused: bad credentials: an agent's own token, but not encode-01's under this control plane's agent token (print it with ffleet agent-token encode-01 where the control plane runs, with its FFLEET_AGENT_TOKEN or data dir)",
+    ]);
+  });
+
+  it('a new generation disconnects the agent logged in with its own token, not one logged in with the fleet token', async () => {
+    const { url, broker } = await start('shared');
+    const own = await connectRaw(url, {
+      username: 'encode-01',
+      password: agentTokenFor(FLEET_TOKEN, 'encode-01'),
+    });
+    const fleet = await connectRaw(url, { username: 'encode-02', password: FLEET_TOKEN });
+    if (!own.ok || !fleet.ok) throw new Error('could not log in');
+    clients.push(own.client, fleet.client);
+    const closed = new Promise<void>((resolve) => own.client.once('close', () => resolve()));
+    expect(broker.setTokenGeneration('encode-01', 1)).toBe(true);
+    await closed;
+    expect(broker.setTokenGeneration('encode-02', 1)).toBe(false);
+    expect(broker.setTokenGeneration('encode-03', 1)).toBe(false); // not connected
+    await new Promise((r) => setTimeout(r, 100));
+    expect(fleet.client.connected).toBe(true);
+    // The old token is refused from now on; the new one and (shared) the fleet token log in.
+    expect(await logsIn(url, 'encode-01', agentTokenFor(FLEET_TOKEN, 'encode-01'))).toBe(false);
+    expect(await logsIn(url, 'encode-01', agentTokenFor(FLEET_TOKEN, 'encode-01', 1))).toBe(true);
+    expect(await logsIn(url, 'encode-03', FLEET_TOKEN)).toBe(true);
   });
 
   it('logs at start which logins it takes', async () => {

@@ -19,6 +19,11 @@ export interface EmbeddedBrokerOptions {
    * own token only, so a box's token cannot log in under another agent's name (FFLEET_AGENT_AUTH).
    */
   agentAuth?: 'shared' | 'per-agent';
+  /**
+   * The current generation of agents' own tokens, by name (agent_credentials; a name not in it is at 0):
+   * only that generation's token logs the name in. Changed while running with setTokenGeneration.
+   */
+  tokenGenerations?: ReadonlyMap<string, number>;
   /** Username of the control plane's own client, which has all rights. */
   internalUser: string;
   internalToken: string;
@@ -66,6 +71,10 @@ export class EmbeddedBroker {
   private readonly refusalsLogged = new OncePer(60_000);
   /** Clients that authenticated as the internal user (by object, since their client id is free). */
   private internalClients = new WeakSet<Client>();
+  /** Agents' clients that logged in with their own token (not the fleet's): setTokenGeneration ends them. */
+  private ownTokenClients = new WeakSet<Client>();
+  /** See EmbeddedBrokerOptions.tokenGenerations. */
+  private readonly generations: Map<string, number>;
   /** The packet size cap could not be installed, and that was logged (see capPacketSize). */
   private warnedUncapped = false;
   /** Ends the local links handed out since the last start (see localLink). */
@@ -74,6 +83,28 @@ export class EmbeddedBroker {
   constructor(opts: EmbeddedBrokerOptions) {
     this.opts = opts;
     this.logger = opts.logger.child({ component: 'broker' });
+    this.generations = new Map(opts.tokenGenerations ?? []);
+  }
+
+  /**
+   * From now on only `generation`'s own token logs `agentName` in (agentTokenFor), the one before it is
+   * revoked: a client of that name connected with an own token is disconnected (its reconnect is refused,
+   * code 4). One logged in with the fleet token (FFLEET_AGENT_AUTH=shared) stays. Returns whether a
+   * client was disconnected.
+   */
+  setTokenGeneration(agentName: string, generation: number): boolean {
+    this.generations.set(agentName, generation);
+    // aedes' registry of connected clients by id (not in its type definitions).
+    const client = (this.aedes as unknown as { clients: Record<string, Client | undefined> } | null)?.clients[
+      agentName
+    ];
+    if (!client || !this.ownTokenClients.has(client)) return false;
+    this.logger.warn(
+      { agent: agentName, generation },
+      'agent disconnected: its own token was replaced (it logs in again only with the new one)',
+    );
+    client.close();
+    return true;
   }
 
   /** Listen; resolves with the bound port. Rejects with a readable Error when the port is taken. */
@@ -81,6 +112,7 @@ export class EmbeddedBroker {
     if (this.server) throw new Error('EmbeddedBroker already started');
     const aedes = await Aedes.createBroker({ drainTimeout: DRAIN_TIMEOUT_MS });
     this.internalClients = new WeakSet();
+    this.ownTokenClients = new WeakSet();
     aedes.authenticate = (client, username, password, done) =>
       this.authenticate(client, username, password, done);
     aedes.authorizePublish = (client, packet, done) => {
@@ -264,6 +296,10 @@ export class EmbeddedBroker {
     if (!agentName) return 'bad credentials';
     if (this.opts.agentAuth === 'per-agent' && equalSecrets(password, this.opts.agentToken))
       return `the fleet's agent token no longer logs agents in (FFLEET_AGENT_AUTH=per-agent); give this box its own token: ffleet agent-token ${username}`;
+    const current = this.generations.get(username) ?? 0;
+    const older = olderGeneration(this.opts.agentToken, username, password, current);
+    if (older !== null)
+      return `a revoked token: ${username}'s own token of generation ${older}, replaced by generation ${current} (POST /api/v1/agents/${username}/token)`;
     if (password?.subarray(0, AGENT_TOKEN_PREFIX.length).toString() === AGENT_TOKEN_PREFIX)
       return `bad credentials: an agent's own token, but not ${username}'s under this control plane's agent token (print it with ffleet agent-token ${username} where the control plane runs, with its FFLEET_AGENT_TOKEN or data dir)`;
     return 'bad credentials';
@@ -278,11 +314,27 @@ export class EmbeddedBroker {
       return true;
     }
     if (username === undefined || !AGENT_ID_RE.test(username) || client.id !== username) return false;
-    return (
-      equalSecrets(password, agentTokenFor(agentToken, username)) ||
-      (this.opts.agentAuth !== 'per-agent' && equalSecrets(password, agentToken))
-    );
+    if (equalSecrets(password, agentTokenFor(agentToken, username, this.generations.get(username) ?? 0))) {
+      this.ownTokenClients.add(client);
+      return true;
+    }
+    return this.opts.agentAuth !== 'per-agent' && equalSecrets(password, agentToken);
   }
+}
+
+/** Newest generations looked at to name a revoked token in the log (older ones read as bad credentials). */
+const REVOKED_LOOKBACK = 100;
+
+/** The generation below `current` whose own token `password` is (looked back REVOKED_LOOKBACK), or null. */
+function olderGeneration(
+  fleetToken: string,
+  name: string,
+  password: Buffer | undefined,
+  current: number,
+): number | null {
+  for (let g = current - 1; g >= Math.max(0, current - REVOKED_LOOKBACK); g--)
+    if (equalSecrets(password, agentTokenFor(fleetToken, name, g))) return g;
+  return null;
 }
 
 async function subscribeLocal(

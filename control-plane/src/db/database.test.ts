@@ -24,6 +24,7 @@ import { tasks } from './schema.ts';
 const PG = await postgresAvailable();
 const PAGE = { page: 0, perPage: 100 };
 const TABLES = [
+  'agent_credentials',
   'agents',
   'batches',
   'deliveries',

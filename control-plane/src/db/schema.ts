@@ -288,6 +288,7 @@ export const webhookExecutions = pgTable(
     index('executions_created_idx').on(t.createdAt.desc()),
     index('executions_webhook_idx').on(t.webhookId),
     index('executions_task_idx').on(t.taskId),
+    index('executions_delivery_idx').on(t.deliveryId),
   ],
 );
 
@@ -325,6 +326,17 @@ export const agents = pgTable(
   },
   (t) => [uniqueIndex('agents_name_idx').on(t.name)],
 );
+
+/**
+ * The generation of each agent name's own token (agentTokenFor): `POST /api/v1/agents/{id}/token` moves
+ * it on, which revokes the token before it. A name without a row is at generation 0. Kept by name and
+ * apart from `agents`, so deleting an agent's row does not bring a revoked token back.
+ */
+export const agentCredentials = pgTable('agent_credentials', {
+  name: text('name').primaryKey(),
+  generation: integer('generation').notNull(),
+  rotatedAt: ms('rotated_at'),
+});
 
 export const idempotencyKeys = pgTable(
   'idempotency_keys',
