@@ -81,6 +81,9 @@ const WATCH_SUBMIT_MAX_WAIT_MS = 10 * 60_000;
 /** Watch scan state (lastCheck/error) is sent at most this often per folder unless the error changes. */
 const WATCH_STATE_EVERY_MS = 2_000;
 
+/** Why a run of this agent's previous process goes back to the queue when the next one starts. */
+const STRANDED = 'the process of this agent that ran it ended without finishing it (killed or crashed)';
+
 /** Why a run goes back to the queue on a forced stop. */
 const FORCED_STOP = 'the agent was told to stop now (a second SIGTERM or a forced stop)';
 
@@ -534,6 +537,7 @@ export class FleetAgent {
         seq: report.seq + 1,
         kind: 'update',
         patch: { status: 'QUEUED' },
+        logs: [{ step: 'agent', text: `handed back: ${STRANDED}\n` }],
       };
       const put = await this.#outbox.put(reportKey(handBack), topic, JSON.stringify(handBack));
       if (put.ok)

@@ -126,6 +126,10 @@ describe('stops meeting a claim in flight', () => {
       const again = await c.api.waitForTask(task.id, (t) => t.attempt === 2, 20_000);
       expect(Date.now() - killedAt).toBeLessThan(20_000);
       expect(again.agent?.name).toBe(c.agentName('stranded'));
+      // Attempt 1's logs say why it went back.
+      expect(await c.api.taskLogs(task.id)).toContain(
+        'handed back: the process of this agent that ran it ended without finishing it (killed or crashed)',
+      );
       // Attempt 2 runs on the new process; nothing more to see in it.
       await c.api.patch(`/api/v1/tasks/${task.id}/cancel`);
       await c.api.waitForTask(task.id, (t) => t.status === 'DONE_CANCELED', 20_000);
