@@ -249,13 +249,17 @@ describe.each(dbKinds)('DeliveryDispatcher on %s', (kind) => {
     const receiver = await TestReceiver.start();
     cleanups.push(() => receiver.close());
     let claims = 0;
+    let refills = 0;
     const textOf = (query: SQL) =>
       query.queryChunks.map((c) => (c instanceof StringChunk ? c.value.join('') : '')).join('');
     const counting = Object.create(db, {
       rows: {
-        value: (...args: Parameters<typeof db.rows>) => {
-          if (textOf(args[1]).includes('superseded AS')) claims++;
-          return db.rows(...args);
+        value: async (...args: Parameters<typeof db.rows>) => {
+          const claim = textOf(args[1]).includes('superseded AS');
+          if (claim) claims++;
+          const rows = await db.rows(...args);
+          if (claim && rows.length > 0) refills++;
+          return rows;
         },
       },
     }) as typeof db;
@@ -271,8 +275,11 @@ describe.each(dbKinds)('DeliveryDispatcher on %s', (kind) => {
     expect(new Set(receiver.received.map((r) => r.headers['webhook-id'])).size).toBe(count);
     // On PGlite, before: a claim after nearly every finished attempt (154 claims, 819 statements in all);
     // now one per refill of half the URL's claimed-ahead rows (8–18). How many attempts share a recording
-    // statement depends on how long a write takes on the machine, so only the claims are bounded here.
-    expect(claims).toBeLessThan(count / 10);
+    // statement depends on how long a write takes on the machine, so only the claims are bounded here:
+    // those that claimed rows, and all of them more loosely (on a loaded machine a poll finds the URL
+    // still full more often and claims nothing: 62 claims, in a CI run beside another test load).
+    expect(refills).toBeLessThan(count / 10);
+    expect(claims).toBeLessThan(count / 5);
   });
 
   it('stop() gives back an attempt cut short so the next dispatcher sends it at once', async () => {
