@@ -84,11 +84,38 @@ describe('coalescingReporter', () => {
     reporter.log('agent', 'last\n');
     await tick();
     expect(sent).toEqual([]);
-    const kept = reporter.takeUnsent();
+    const [note, ...kept] = reporter.takeUnsent();
     const chars = kept.reduce((n, l) => n + l.text.length, 0);
     expect(chars).toBeLessThanOrEqual(DEFER_MAX_LOG_CHARS);
-    expect(chars).toBeGreaterThan(DEFER_MAX_LOG_CHARS - line.length - 10);
+    expect(chars).toBeGreaterThan(DEFER_MAX_LOG_CHARS - line.length);
     expect(kept.at(-1)).toEqual({ step: 'agent', text: 'last\n' });
+    expect(note).toEqual({
+      step: 'agent',
+      text: `[ffleet: ${100 * line.length + 5 - chars} characters of output left out]\n`,
+    });
+  });
+
+  it('cuts a batch larger than what it keeps at a line start, keeping its newest lines', async () => {
+    const { reporter, mute } = recorder();
+    mute();
+    // One batch of 70,000 characters (a step past its output budget flushes that much at once), then a
+    // short one: the end of the big one is kept, from a line start, with the short one after it.
+    const big = Array.from(
+      { length: 1000 },
+      (_, i) => `${String(i).padStart(4, '0')} ${'y'.repeat(64)}\n`,
+    ).join('');
+    expect(big.length).toBe(70_000);
+    reporter.log('transcoder', big);
+    reporter.log('transcoder', 'tail\n');
+    await tick();
+    const [note, first, second, ...rest] = reporter.takeUnsent();
+    expect(rest).toEqual([]);
+    expect(second).toEqual({ step: 'transcoder', text: 'tail\n' });
+    expect(first!.text.endsWith(`0999 ${'y'.repeat(64)}\n`)).toBe(true);
+    expect(first!.text).toMatch(/^\d{4} y/);
+    expect(first!.text.length + 5).toBeLessThanOrEqual(DEFER_MAX_LOG_CHARS);
+    expect(first!.text.length + 5).toBeGreaterThan(DEFER_MAX_LOG_CHARS - 70);
+    expect(note!.text).toBe(`[ffleet: ${70_005 - 5 - first!.text.length} characters of output left out]\n`);
   });
 
   describe('deferrable updates', () => {

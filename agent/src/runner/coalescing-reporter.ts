@@ -51,15 +51,30 @@ export function coalescingReporter(
   let heldLogs: LogText[] = [];
   let heldChars = 0;
   let timer: NodeJS.Timeout | undefined;
-  /** Output while muted, and what was held when it came: the newest DEFER_MAX_LOG_CHARS characters. */
+  /**
+   * Output while muted, and what was held when it came: its newest DEFER_MAX_LOG_CHARS characters, cut at
+   * a line start (one batch alone may be larger: a step's output past its budget is flushed at once).
+   */
   let unsent: LogText[] = [];
   let unsentChars = 0;
+  let droppedChars = 0;
   const keepUnsent = (more: LogText[]) => {
     for (const l of more) {
       unsent.push(l);
       unsentChars += l.text.length;
     }
-    while (unsentChars > DEFER_MAX_LOG_CHARS && unsent.length > 1) unsentChars -= unsent.shift()!.text.length;
+    while (unsentChars > DEFER_MAX_LOG_CHARS) {
+      const first = unsent[0]!;
+      const excess = unsentChars - DEFER_MAX_LOG_CHARS;
+      // The oldest entry goes whole, or loses its oldest lines (from the first line start past the excess).
+      const cut = excess >= first.text.length ? -1 : first.text.indexOf('\n', excess - 1);
+      const keep = cut === -1 || cut + 1 >= first.text.length ? '' : first.text.slice(cut + 1);
+      const dropped = first.text.length - keep.length;
+      droppedChars += dropped;
+      unsentChars -= dropped;
+      if (keep === '') unsent.shift();
+      else unsent[0] = { step: first.step, text: keep };
+    }
   };
 
   const takeHeld = (): { patch: TaskPatch; logs: LogText[] } => {
@@ -136,9 +151,15 @@ export function coalescingReporter(
       if (held !== null) keepUnsent(takeHeld().logs);
       keepUnsent(logs);
       logs = [];
-      const out = unsent;
+      const out = droppedChars
+        ? [
+            { step: 'agent' as const, text: `[ffleet: ${droppedChars} characters of output left out]\n` },
+            ...unsent,
+          ]
+        : unsent;
       unsent = [];
       unsentChars = 0;
+      droppedChars = 0;
       return out;
     },
   };

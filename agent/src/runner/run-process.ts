@@ -139,6 +139,9 @@ export interface RunProcessResult {
 
 let stepSeq = 0;
 
+/** When /proc is read again for what a canceled (or leftover-leaving) step started outside its group. */
+const ESCAPED_RECHECK_MS = 100;
+
 /** An id for one run, unique in this agent process (a counter) and not guessable from outside. */
 const newStepId = (): string => `${(++stepSeq).toString(36)}.${randomBytes(6).toString('hex')}`;
 
@@ -326,7 +329,12 @@ export function runProcess(options: RunProcessOptions): Promise<RunProcessResult
       // What left the group: after a cancel always (a process that ignored SIGTERM gets no grace once the
       // step has ended, as in the group), else only when the group had leftovers, as /proc is read for it
       // (the step ended normally with an empty group: no read, see runProcess).
-      if (result.error === undefined && (canceled || leftovers)) killEscaped('SIGKILL');
+      if (result.error === undefined && (canceled || leftovers)) {
+        killEscaped('SIGKILL');
+        // Once more a moment later: a process caught in its exec (`setsid -f` right before the step ended)
+        // shows an empty environ for that moment, and the first look missed it.
+        setTimeout(() => killEscaped('SIGKILL'), ESCAPED_RECHECK_MS).unref();
+      }
       // The last read: the process has exited and what it left running is killed.
       readCaptures();
       stdoutLines.end();
