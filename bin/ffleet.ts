@@ -101,7 +101,11 @@ async function runControlPlane(withLocalAgent: boolean): Promise<void> {
   let cp: RunningControlPlane;
   try {
     const { startControlPlane } = await loadControlPlane();
-    cp = await startControlPlane(config, logger);
+    cp = await startControlPlane(
+      config,
+      logger,
+      agentChecked?.ok ? { localAgentName: agentChecked.value.name } : {},
+    );
   } catch (err) {
     const why = describeStartError(err);
     logger.fatal({ err: why }, 'control plane failed to start');
@@ -123,7 +127,7 @@ async function runControlPlane(withLocalAgent: boolean): Promise<void> {
     // Under FFLEET_AGENT_AUTH=per-agent the fleet token logs no agent in: the local agent gets its own.
     const agentConfig =
       config.agentAuth === 'per-agent'
-        ? { ...agentParsed.value, token: agentTokenFor(cp.agentToken, agentParsed.value.name) }
+        ? { ...agentParsed.value, token: cp.ownAgentToken(agentParsed.value.name) }
         : agentParsed.value;
     const { FleetAgent } = await loadAgent();
     agent = new FleetAgent({ config: agentConfig, logger, version: VERSION });

@@ -7,6 +7,7 @@ import {
   envError,
   envNumber,
   Label,
+  LOG_LEVELS,
   MAX_SLOTS,
   reservedLabelProblem,
 } from '@ffleet/shared';
@@ -47,7 +48,7 @@ const EnvSchema = z.object({
   FFLEET_AGENT_SCRIPT_DIRS: z.string().default(''),
   /** Heartbeat period (renews leases; keep well under FFLEET_LEASE_TTL_MS). */
   FFLEET_HEARTBEAT_MS: envNumber(z.coerce.number().int().min(100).max(60_000).default(5_000)),
-  LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  LOG_LEVEL: z.enum(LOG_LEVELS).default('info'),
 });
 
 /** The variables an agent reads (`ffleet --help` lists them). */

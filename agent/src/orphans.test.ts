@@ -1,4 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
+import { processStartTime } from '@ffleet/shared';
 import { afterEach, describe, expect, it } from 'vitest';
 import { findMarkedProcesses, killOrphanedRuns, RUN_MARK_VAR, runMark, STEP_MARK_VAR } from './orphans.ts';
 
@@ -94,7 +95,9 @@ describe('findMarkedProcesses', () => {
             { pid: both.pid!, pgrp: both.pid! },
             { pid: inGroup.pid!, pgrp: inGroup.pid! },
             { pid: grandchild, pgrp: inGroup.pid! },
-          ].sort((a, b) => a.pid - b.pid);
+          ]
+            .map((p) => ({ ...p, start: processStartTime(p.pid) }))
+            .sort((a, b) => a.pid - b.pid);
           expect(found).toEqual(expected);
           expect(near.every((c) => found.every((f) => f.pid !== c.pid))).toBe(true);
           expect(found.some((f) => f.pid === noMark.pid)).toBe(false);

@@ -71,10 +71,11 @@ export function killOrphanedRuns(agentName: string, currentBootId: string): numb
   return [...groups];
 }
 
-/** A process found by its marks: its pid and process group. */
+/** A process found by its marks: its pid, process group and start time (field 22 of its stat). */
 export interface MarkedProcess {
   pid: number;
   pgrp: number;
+  start: string;
 }
 
 /**
@@ -117,7 +118,7 @@ export function findMarkedProcesses(runMark: string, stepId: string, procDir = '
     // A zombie has exited already: nothing to signal.
     if (fields[0] === 'Z' || fields[0] === 'X') continue;
     const pgrp = Number(fields[2]);
-    if (Number.isInteger(pgrp)) found.push({ pid: Number(pid), pgrp });
+    if (Number.isInteger(pgrp)) found.push({ pid: Number(pid), pgrp, start: fields[19] ?? '' });
   }
   return found;
 }

@@ -8,6 +8,7 @@ import { agentTokenFor, agentTokenPath, keptTokenDiffers, loadAgentToken } from 
 import type { AgentTokenIssuer } from './api/agents.ts';
 import { createApp } from './api/app.ts';
 import { createApiServer } from './api/client-errors.ts';
+import { ConflictError } from './api/errors.ts';
 import { healthFacts } from './api/health-facts.ts';
 import { createMetrics } from './api/metrics.ts';
 import { redeliverThrough } from './api/webhooks.ts';
@@ -32,6 +33,11 @@ export type RunningControlPlane = {
   httpPort: number;
   mqttUrl: string;
   agentToken: string;
+  /**
+   * The own token that logs `name` in now (agentTokenFor at its current generation on the embedded
+   * broker; generation 0 with an external one).
+   */
+  ownAgentToken(name: string): string;
   database: Database;
   ctx: ServiceContext;
   stop(): Promise<void>;
@@ -101,6 +107,11 @@ async function keepPrivate(dir: string): Promise<void> {
 export async function startControlPlane(
   config: ControlPlaneConfig,
   logger: Logger,
+  /**
+   * `localAgentName`: the agent `ffleet start` runs in this process (FFLEET_LOCAL_AGENT). Its token comes
+   * from here (ownAgentToken), so POST /api/v1/agents/{id}/token refuses its name: it could only lock it out.
+   */
+  opts: { localAgentName?: string } = {},
 ): Promise<RunningControlPlane> {
   const stops: (() => Promise<void>)[] = [];
   // Once, in reverse order, whoever calls it: a forced stop (second SIGTERM) calls it again while the
@@ -147,6 +158,7 @@ export async function startControlPlane(
     let cpPass = '';
     let local: LocalBrokerLink | undefined;
     let rotateAgentToken: AgentTokenIssuer['rotate'];
+    let generationOf = (_name: string) => 0;
     if (!mqttUrl) {
       const broker = new EmbeddedBroker({
         port: config.mqttPort,
@@ -164,7 +176,13 @@ export async function startControlPlane(
       mqttUrl = `mqtt://127.0.0.1:${port}`;
       // The control plane talks to a broker in its own process without an MQTT connection.
       local = broker.localLink();
+      generationOf = (name) => broker.tokenGeneration(name);
       rotateAgentToken = async (name) => {
+        if (name === opts.localAgentName)
+          throw new ConflictError(
+            'LOCAL_AGENT',
+            `${name} is this control plane's local agent (FFLEET_LOCAL_AGENT), which takes its token from the control plane and holds none to lose; to give that name a token of its own, run it as a separate agent (FFLEET_LOCAL_AGENT=0)`,
+          );
         const generation = await nextTokenGeneration(database.db, name, Date.now());
         const disconnected = broker.setTokenGeneration(name, generation);
         return { generation, token: agentTokenFor(agentToken, name, generation), disconnected };
@@ -259,7 +277,15 @@ export async function startControlPlane(
         }),
     );
     logger.info({ host: config.host, port }, 'HTTP API listening');
-    return { httpPort: port, mqttUrl, agentToken, database, ctx, stop: stopAll };
+    return {
+      httpPort: port,
+      mqttUrl,
+      agentToken,
+      ownAgentToken: (name) => agentTokenFor(agentToken, name, generationOf(name)),
+      database,
+      ctx,
+      stop: stopAll,
+    };
   } catch (err) {
     await stopAll();
     throw err;

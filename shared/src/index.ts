@@ -12,6 +12,7 @@ export * from './schemas/batch.ts';
 export * from './schemas/common.ts';
 export * from './schemas/preset.ts';
 export * from './schemas/storable.ts';
+export * from './schemas/system.ts';
 export * from './schemas/task.ts';
 export * from './schemas/watchfolder.ts';
 export * from './schemas/webhook.ts';

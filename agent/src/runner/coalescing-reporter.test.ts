@@ -95,6 +95,18 @@ describe('coalescingReporter', () => {
     });
   });
 
+  it('keeps the end of one line longer than what it keeps', async () => {
+    const { reporter, mute } = recorder();
+    mute();
+    const line = `${'z'.repeat(39_999)}!\n`;
+    reporter.log('transcoder', line);
+    await tick();
+    const [note, kept, ...rest] = reporter.takeUnsent();
+    expect(rest).toEqual([]);
+    expect(kept).toEqual({ step: 'transcoder', text: line.slice(line.length - DEFER_MAX_LOG_CHARS) });
+    expect(note!.text).toBe(`[ffleet: ${line.length - DEFER_MAX_LOG_CHARS} characters of output left out]\n`);
+  });
+
   it('cuts a batch larger than what it keeps at a line start, keeping its newest lines', async () => {
     const { reporter, mute } = recorder();
     mute();

@@ -66,9 +66,15 @@ export function coalescingReporter(
     while (unsentChars > DEFER_MAX_LOG_CHARS) {
       const first = unsent[0]!;
       const excess = unsentChars - DEFER_MAX_LOG_CHARS;
-      // The oldest entry goes whole, or loses its oldest lines (from the first line start past the excess).
+      // The oldest entry goes whole, or loses its oldest lines (from the first line start past the excess;
+      // within a line longer than what is kept, its end).
       const cut = excess >= first.text.length ? -1 : first.text.indexOf('\n', excess - 1);
-      const keep = cut === -1 || cut + 1 >= first.text.length ? '' : first.text.slice(cut + 1);
+      const keep =
+        excess >= first.text.length
+          ? ''
+          : cut === -1 || cut + 1 >= first.text.length
+            ? first.text.slice(excess)
+            : first.text.slice(cut + 1);
       const dropped = first.text.length - keep.length;
       droppedChars += dropped;
       unsentChars -= dropped;

@@ -1,4 +1,5 @@
 // POST /api/v1/agents/{id}/token: a new own token for one agent, revoking the one it had.
+import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -11,6 +12,7 @@ import { agentTokenFor } from '../agent-token.ts';
 import { connectRaw } from '../broker/test-brokers.ts';
 import { parseConfig } from '../config/config.ts';
 import { type RunningControlPlane, startControlPlane } from '../control-plane.ts';
+import { agents } from '../db/schema.ts';
 
 const API_TOKEN = 'api-token-for-the-rotation-tests';
 const AUTH = { Authorization: `Bearer ${API_TOKEN}` };
@@ -31,6 +33,7 @@ describe('POST /api/v1/agents/{id}/token in a running control plane (embedded br
         FFLEET_AGENT_AUTH: 'per-agent',
       }),
       pino({ level: 'silent' }),
+      { localAgentName: 'local-box' },
     );
     return cp;
   };
@@ -76,18 +79,35 @@ describe('POST /api/v1/agents/{id}/token in a running control plane (embedded br
       generation: 1,
       token: agentTokenFor(fleet, 'encode-01', 1),
       disconnected: true,
+      known: false,
       fleetTokenAccepted: false,
     });
+    expect(cp!.ownAgentToken('encode-01')).toBe(body.token);
+    expect(cp!.ownAgentToken('encode-02')).toBe(agentTokenFor(fleet, 'encode-02'));
     await closed;
     expect(await logsIn('encode-01', agentTokenFor(fleet, 'encode-01'))).toBe(false);
     expect(await logsIn('encode-01', body.token as string)).toBe(true);
     // Other agents keep theirs.
     expect(await logsIn('encode-02', agentTokenFor(fleet, 'encode-02'))).toBe(true);
 
-    // A name no agent has used yet (a token printed for a box never installed) can be revoked too.
+    // A name no agent has used yet (a token printed for a box never installed) can be revoked too; the
+    // answer says no agent of that name is known (a typo shows).
     const unseen = await rotate('encode-09');
     expect(unseen.status).toBe(200);
-    expect(await unseen.json()).toMatchObject({ agent: 'encode-09', generation: 1, disconnected: false });
+    expect(await unseen.json()).toMatchObject({
+      agent: 'encode-09',
+      generation: 1,
+      disconnected: false,
+      known: false,
+    });
+    // A known agent, by its id.
+    const id = randomUUID();
+    await cp!.database.db.insert(agents).values({ id, name: 'encode-03' });
+    const byId = await rotate(id);
+    expect(await byId.json()).toMatchObject({ agent: 'encode-03', generation: 1, known: true });
+    // The local agent takes its token from the control plane: replacing it could only lock it out.
+    await expectProblem(await rotate('local-box'), 409, 'LOCAL_AGENT');
+    expect(cp!.ownAgentToken('local-box')).toBe(agentTokenFor(fleet, 'local-box'));
 
     // Kept in the database: after a restart the revoked tokens stay out.
     await Promise.all(clients.splice(0).map((c) => c.endAsync(true)));

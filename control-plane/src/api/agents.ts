@@ -1,25 +1,10 @@
-import { AGENT_ID_RE, AgentPatch } from '@ffleet/shared';
+import { AGENT_ID_RE, AgentPatch, type AgentTokenIssued } from '@ffleet/shared';
 import { Hono } from 'hono';
-import { z } from 'zod';
 import { deleteAgent, findAgentRow, getAgent, listAgents, patchAgent } from '../services/agents.ts';
 import { isUuid } from '../services/tasks.ts';
 import type { ApiEnv } from './app-env.ts';
 import { ConflictError, HttpError, NotFoundError } from './errors.ts';
 import { listResponse, parseJsonBody, parsePage } from './http.ts';
-
-/** The answer of `POST /api/v1/agents/{id}/token`. */
-export const AgentTokenIssued = z.object({
-  agent: z.string().describe("the agent's name: the MQTT user name the token logs in"),
-  generation: z.number().int().describe('the generation of this token; the ones before it are revoked'),
-  token: z.string().describe("the agent's new own token (its FFLEET_AGENT_TOKEN); shown once, not stored"),
-  disconnected: z.boolean().describe('a connection of this agent with its old token was closed'),
-  fleetTokenAccepted: z
-    .boolean()
-    .describe(
-      'the fleet token also logs agents in (FFLEET_AGENT_AUTH=shared): a box holding it is not kept out',
-    ),
-});
-export type AgentTokenIssued = z.infer<typeof AgentTokenIssued>;
 
 /** What `POST /api/v1/agents/{id}/token` needs from the running control plane. */
 export type AgentTokenIssuer = {
@@ -53,12 +38,10 @@ export const agentsApi = (tokens: AgentTokenIssuer) =>
     // (also a name no agent has used yet: a token printed for a box never installed can be revoked).
     .post('/:id/token', async (c) => {
       const id = c.req.param('id');
-      let name = id;
-      if (isUuid(id)) {
-        const row = await findAgentRow(c.var.ctx.database.db, id);
-        if (!row) throw new NotFoundError('agent', id);
-        name = row.name;
-      } else if (!AGENT_ID_RE.test(id)) throw new NotFoundError('agent', id);
+      if (!isUuid(id) && !AGENT_ID_RE.test(id)) throw new NotFoundError('agent', id);
+      const row = await findAgentRow(c.var.ctx.database.db, id);
+      if (!row && isUuid(id)) throw new NotFoundError('agent', id);
+      const name = row?.name ?? id;
       if (!tokens.authenticated)
         throw new HttpError(
           403,
@@ -73,7 +56,7 @@ export const agentsApi = (tokens: AgentTokenIssuer) =>
         );
       const { generation, token, disconnected } = await tokens.rotate(name);
       c.var.ctx.logger.warn(
-        { agent: name, generation, disconnected, requestId: c.get('requestId') },
+        { agent: name, known: row !== null, generation, disconnected, requestId: c.get('requestId') },
         "agent token replaced through the API: the agent's previous own token no longer logs in",
       );
       c.header('Cache-Control', 'no-store');
@@ -82,6 +65,7 @@ export const agentsApi = (tokens: AgentTokenIssuer) =>
         generation,
         token,
         disconnected,
+        known: row !== null,
         fleetTokenAccepted: tokens.fleetTokenAccepted,
       });
     });

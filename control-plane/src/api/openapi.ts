@@ -1,7 +1,5 @@
 import * as S from '@ffleet/shared';
 import { z } from 'zod';
-import { AgentTokenIssued } from './agents.ts';
-import { LOG_LEVELS, LogLevel } from './system-log-level.ts';
 
 type Op = {
   method: 'get' | 'post' | 'put' | 'patch' | 'delete';
@@ -31,9 +29,9 @@ const COMPONENTS: Record<string, z.ZodType> = {
   WebhookExecution: S.WebhookExecution,
   Agent: S.Agent,
   AgentPatch: S.AgentPatch,
-  AgentTokenIssued,
+  AgentTokenIssued: S.AgentTokenIssued,
   EventPayload: S.EventPayload,
-  LogLevel,
+  LogLevel: S.LogLevel,
   Problem: S.Problem,
 };
 
@@ -372,7 +370,7 @@ const OPS: Op[] = [
     path: '/api/v1/system/log-level',
     summary:
       `Change the control plane's log level at once, for every component, until restart or the next PUT ` +
-      `(LOG_LEVEL is the start value); one of ${LOG_LEVELS.join(', ')}`,
+      `(LOG_LEVEL is the start value); one of ${S.LOG_LEVELS.join(', ')}`,
     tag: 'system',
     body: 'LogLevel',
     response: 'LogLevel',

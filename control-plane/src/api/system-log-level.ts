@@ -1,16 +1,9 @@
+import { LogLevel } from '@ffleet/shared';
 import type { Context } from 'hono';
 import { Hono } from 'hono';
 import type { Logger } from 'pino';
-import { z } from 'zod';
 import type { ApiEnv } from './app-env.ts';
 import { parseJsonBody } from './http.ts';
-
-/** pino's levels: the values LOG_LEVEL takes. */
-export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
-
-/** Body of `PUT /api/v1/system/log-level`, and the answer of both routes. */
-export const LogLevel = z.strictObject({ level: z.enum(LOG_LEVELS) });
-export type LogLevel = z.infer<typeof LogLevel>;
 
 /** A User-Agent is the client's own text: only its start goes into the log line. */
 const MAX_USER_AGENT = 200;

@@ -107,7 +107,7 @@ describe('agent tokens on the embedded broker', () => {
     expect(refusals.map((r) => r.msg)).toEqual([
       "connection refused: a revoked token: encode-01's own token of generation 0, replaced by generation 2 (POST /api/v1/agents/encode-01/token)",
       "connection refused: a revoked token: encode-01's own token of generation 1, replaced by generation 2 (POST /api/v1/agents/encode-01/token)",
-      "connection refused: bad credentials: an agent's own token, but not encode-01's under this control plane's agent token (print it with ffleet agent-token encode-01 where the control plane runs, with its FFLEET_AGENT_TOKEN or data dir)",
+      "connection refused: bad credentials: an agent's own token, but not encode-01's under this control plane's agent token (print it with ffleet agent-token encode-01 --generation 2 where the control plane runs, with its FFLEET_AGENT_TOKEN or data dir)",
     ]);
   });
 
@@ -125,6 +125,10 @@ describe('agent tokens on the embedded broker', () => {
     await closed;
     expect(broker.setTokenGeneration('encode-02', 1)).toBe(false);
     expect(broker.setTokenGeneration('encode-03', 1)).toBe(false); // not connected
+    // Never backwards (two rotations told out of order): generation 1 stays the one that logs in.
+    expect(broker.setTokenGeneration('encode-01', 1)).toBe(false);
+    expect(broker.setTokenGeneration('encode-01', 0)).toBe(false);
+    expect(broker.tokenGeneration('encode-01')).toBe(1);
     await new Promise((r) => setTimeout(r, 100));
     expect(fleet.client.connected).toBe(true);
     // The old token is refused from now on; the new one and (shared) the fleet token log in.

@@ -71,8 +71,11 @@ export class EmbeddedBroker {
   private readonly refusalsLogged = new OncePer(60_000);
   /** Clients that authenticated as the internal user (by object, since their client id is free). */
   private internalClients = new WeakSet<Client>();
-  /** Agents' clients that logged in with their own token (not the fleet's): setTokenGeneration ends them. */
-  private ownTokenClients = new WeakSet<Client>();
+  /**
+   * Agents' clients that logged in with their own token (not the fleet's), with its generation: a newer
+   * generation ends them (setTokenGeneration, and the `client` event for one registered just after).
+   */
+  private ownTokenClients = new WeakMap<Client, number>();
   /** See EmbeddedBrokerOptions.tokenGenerations. */
   private readonly generations: Map<string, number>;
   /** The packet size cap could not be installed, and that was logged (see capPacketSize). */
@@ -86,21 +89,35 @@ export class EmbeddedBroker {
     this.generations = new Map(opts.tokenGenerations ?? []);
   }
 
+  /** The generation of `agentName`'s own token that logs it in now. */
+  tokenGeneration(agentName: string): number {
+    return this.generations.get(agentName) ?? 0;
+  }
+
   /**
-   * From now on only `generation`'s own token logs `agentName` in (agentTokenFor), the one before it is
-   * revoked: a client of that name connected with an own token is disconnected (its reconnect is refused,
-   * code 4). One logged in with the fleet token (FFLEET_AGENT_AUTH=shared) stays. Returns whether a
-   * client was disconnected.
+   * From now on only `generation`'s own token logs `agentName` in (agentTokenFor), the ones before it are
+   * revoked: a client of that name connected with an older own token is disconnected (its reconnect is
+   * refused, code 4). One logged in with the fleet token (FFLEET_AGENT_AUTH=shared) stays. A generation
+   * not above the current one changes nothing. Returns whether a client was disconnected.
    */
   setTokenGeneration(agentName: string, generation: number): boolean {
+    // Never backwards: two rotations whose statements commit in one order may be told in the other.
+    if (generation <= (this.generations.get(agentName) ?? 0)) return false;
     this.generations.set(agentName, generation);
     // aedes' registry of connected clients by id (not in its type definitions).
     const client = (this.aedes as unknown as { clients: Record<string, Client | undefined> } | null)?.clients[
       agentName
     ];
-    if (!client || !this.ownTokenClients.has(client)) return false;
+    return client !== undefined && this.closeIfRevoked(client);
+  }
+
+  /** Close an agent's client whose own token is of an older generation than its name's; true if closed. */
+  private closeIfRevoked(client: Client): boolean {
+    const had = this.ownTokenClients.get(client);
+    const current = this.generations.get(client.id) ?? 0;
+    if (had === undefined || had >= current) return false;
     this.logger.warn(
-      { agent: agentName, generation },
+      { agent: client.id, generation: current },
       'agent disconnected: its own token was replaced (it logs in again only with the new one)',
     );
     client.close();
@@ -112,7 +129,7 @@ export class EmbeddedBroker {
     if (this.server) throw new Error('EmbeddedBroker already started');
     const aedes = await Aedes.createBroker({ drainTimeout: DRAIN_TIMEOUT_MS });
     this.internalClients = new WeakSet();
-    this.ownTokenClients = new WeakSet();
+    this.ownTokenClients = new WeakMap();
     aedes.authenticate = (client, username, password, done) =>
       this.authenticate(client, username, password, done);
     aedes.authorizePublish = (client, packet, done) => {
@@ -131,6 +148,9 @@ export class EmbeddedBroker {
       // Negate (SUBACK 0x80) instead of erroring, which would drop the connection: same as Mosquitto.
       done(null, null);
     };
+    // A login checked just before its name's token was replaced registers after the replacement closed
+    // whatever was connected: checked again once registered.
+    aedes.on('client', (client) => this.closeIfRevoked(client));
     aedes.on('clientError', (client, err) =>
       this.logger.debug({ client: client.id, err: err.message }, 'client error'),
     );
@@ -294,14 +314,15 @@ export class EmbeddedBroker {
     const agentName =
       username !== undefined && username !== this.opts.internalUser && AGENT_ID_RE.test(username);
     if (!agentName) return 'bad credentials';
-    if (this.opts.agentAuth === 'per-agent' && equalSecrets(password, this.opts.agentToken))
-      return `the fleet's agent token no longer logs agents in (FFLEET_AGENT_AUTH=per-agent); give this box its own token: ffleet agent-token ${username}`;
     const current = this.generations.get(username) ?? 0;
+    const command = `ffleet agent-token ${username}${current ? ` --generation ${current}` : ''}`;
+    if (this.opts.agentAuth === 'per-agent' && equalSecrets(password, this.opts.agentToken))
+      return `the fleet's agent token no longer logs agents in (FFLEET_AGENT_AUTH=per-agent); give this box its own token: ${command}`;
     const older = olderGeneration(this.opts.agentToken, username, password, current);
     if (older !== null)
       return `a revoked token: ${username}'s own token of generation ${older}, replaced by generation ${current} (POST /api/v1/agents/${username}/token)`;
     if (password?.subarray(0, AGENT_TOKEN_PREFIX.length).toString() === AGENT_TOKEN_PREFIX)
-      return `bad credentials: an agent's own token, but not ${username}'s under this control plane's agent token (print it with ffleet agent-token ${username} where the control plane runs, with its FFLEET_AGENT_TOKEN or data dir)`;
+      return `bad credentials: an agent's own token, but not ${username}'s under this control plane's agent token (print it with ${command} where the control plane runs, with its FFLEET_AGENT_TOKEN or data dir)`;
     return 'bad credentials';
   }
 
@@ -314,16 +335,20 @@ export class EmbeddedBroker {
       return true;
     }
     if (username === undefined || !AGENT_ID_RE.test(username) || client.id !== username) return false;
-    if (equalSecrets(password, agentTokenFor(agentToken, username, this.generations.get(username) ?? 0))) {
-      this.ownTokenClients.add(client);
+    const generation = this.generations.get(username) ?? 0;
+    if (equalSecrets(password, agentTokenFor(agentToken, username, generation))) {
+      this.ownTokenClients.set(client, generation);
       return true;
     }
     return this.opts.agentAuth !== 'per-agent' && equalSecrets(password, agentToken);
   }
 }
 
-/** Newest generations looked at to name a revoked token in the log (older ones read as bad credentials). */
-const REVOKED_LOOKBACK = 100;
+/**
+ * Newest generations looked at to name a revoked token in the log (older ones read as bad credentials): a
+ * few HMACs per refused CONNECT, which anyone reaching the port can send.
+ */
+const REVOKED_LOOKBACK = 5;
 
 /** The generation below `current` whose own token `password` is (looked back REVOKED_LOOKBACK), or null. */
 function olderGeneration(

@@ -1,6 +1,6 @@
 import { hostname } from 'node:os';
 import { isAbsolute, resolve } from 'node:path';
-import { envError, envNumber, SHORT_TOKEN_CHARS } from '@ffleet/shared';
+import { envError, envNumber, LOG_LEVELS, SHORT_TOKEN_CHARS } from '@ffleet/shared';
 import { z } from 'zod';
 import { type CorsPolicy, parseCorsOrigins } from '../api/cors.ts';
 
@@ -60,7 +60,7 @@ const EnvSchema = z.object({
   /** Largest accepted request body in bytes. */
   FFLEET_BODY_LIMIT: envNumber(positiveInt.default(1024 * 1024)),
   /** pino level. */
-  LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  LOG_LEVEL: z.enum(LOG_LEVELS).default('info'),
 });
 
 /** The variables the control plane reads (`ffleet --help` lists them). */

@@ -53,3 +53,20 @@ export const AgentPatch = z.strictObject({
   slots: z.number().int().min(0).max(MAX_SLOTS).nullable().optional(),
 });
 export type AgentPatch = z.infer<typeof AgentPatch>;
+
+/** The answer of `POST /api/v1/agents/{id}/token`. */
+export const AgentTokenIssued = z.object({
+  agent: z.string().describe("the agent's name: the MQTT user name the token logs in"),
+  generation: z.number().int().describe('the generation of this token; the ones before it are revoked'),
+  token: z.string().describe("the agent's new own token (its FFLEET_AGENT_TOKEN); shown once, not stored"),
+  disconnected: z.boolean().describe('a connection of this agent with its old token was closed'),
+  known: z
+    .boolean()
+    .describe('an agent of this name has registered (false: a name not seen yet, or mistyped)'),
+  fleetTokenAccepted: z
+    .boolean()
+    .describe(
+      'the fleet token also logs agents in (FFLEET_AGENT_AUTH=shared): a box holding it is not kept out',
+    ),
+});
+export type AgentTokenIssued = z.infer<typeof AgentTokenIssued>;
