@@ -148,7 +148,9 @@ describe('an agent whose transcoder appears after it started, and goes away agai
         'the agent listed without its transcoder again',
       );
       expect(lost.transcoderError).toContain('the transcoder stopped working');
-      const back = await c.api.getTask(second.id);
+      // The hand-back (a report on the agent's events topic) and the new birth (its status topic) are
+      // two messages: either may be applied first.
+      const back = await c.api.waitForTask(second.id, (t) => t.status === 'QUEUED', 10_000);
       expect(back).toMatchObject({ status: 'QUEUED', error: '' });
       expect(
         logged(
