@@ -143,8 +143,12 @@ let stepSeq = 0;
 /** When /proc is read again for what a canceled (or leftover-leaving) step started outside its group. */
 const ESCAPED_RECHECK_MS = 100;
 
-/** An id for one run, unique in this agent process (a counter) and not guessable from outside. */
-const newStepId = (): string => `${(++stepSeq).toString(36)}.${randomBytes(6).toString('hex')}`;
+/**
+ * An id for one run (FFLEET_AGENT_STEP): a prefix drawn at random once per agent process and a counter,
+ * so unique in this process and not what another agent process uses.
+ */
+const STEP_ID_PREFIX = randomBytes(6).toString('hex');
+const newStepId = (): string => `${STEP_ID_PREFIX}.${(++stepSeq).toString(36)}`;
 
 /**
  * Run one executable without a shell in its own process group, streaming its output line by line.
