@@ -4,14 +4,14 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { MqttClient } from 'mqtt';
-import pino from 'pino';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { expectProblem } from '../../../test/api/support.ts';
 import { useTestApp } from '../../../test/helpers/app.ts';
+import { startLocalControlPlane } from '../../../test/helpers/control-plane.ts';
+import { defaultDbKind, openTestDatabase, type TestDatabase } from '../../../test/helpers/db.ts';
 import { agentTokenFor } from '../agent-token.ts';
 import { connectRaw } from '../broker/test-brokers.ts';
-import { parseConfig } from '../config/config.ts';
-import { type RunningControlPlane, startControlPlane } from '../control-plane.ts';
+import type { RunningControlPlane } from '../control-plane.ts';
 import { agents } from '../db/schema.ts';
 
 const API_TOKEN = 'api-token-for-the-rotation-tests';
@@ -21,18 +21,18 @@ describe('POST /api/v1/agents/{id}/token in a running control plane (embedded br
   const dataDir = mkdtempSync(join(tmpdir(), 'ffleet-token-rotation-'));
   const clients: MqttClient[] = [];
   let cp: RunningControlPlane | undefined;
+  /** PostgreSQL in the services pass (a database of its own), else the embedded one in the data dir. */
+  let pg: TestDatabase | undefined;
 
   const start = async () => {
-    cp = await startControlPlane(
-      parseConfig({
-        FFLEET_DATA_DIR: dataDir,
-        HOST: '127.0.0.1',
-        PORT: '0',
-        MQTT_PORT: '0',
+    if (defaultDbKind() === 'postgres') pg ??= await openTestDatabase('postgres');
+    cp = await startLocalControlPlane(
+      dataDir,
+      {
+        ...(pg ? { DATABASE_URL: pg.url! } : {}),
         FFLEET_API_TOKENS: API_TOKEN,
         FFLEET_AGENT_AUTH: 'per-agent',
-      }),
-      pino({ level: 'silent' }),
+      },
       { localAgentName: 'local-box' },
     );
     return cp;
@@ -54,6 +54,7 @@ describe('POST /api/v1/agents/{id}/token in a running control plane (embedded br
   });
   afterAll(async () => {
     await cp?.stop();
+    await pg?.drop();
     rmSync(dataDir, { recursive: true, force: true });
   });
 

@@ -1,15 +1,30 @@
-import { EventName, TaskStatus } from '@ffleet/shared';
-import { describe, expect, it } from 'vitest';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { AgentTokenIssued, LOG_LEVELS as API_LOG_LEVELS, EventName, TaskStatus } from '@ffleet/shared';
+import { afterAll, describe, expect, it } from 'vitest';
+import { expectProblem, json } from '../../../test/api/support.ts';
+import { useTestApp } from '../../../test/helpers/app.ts';
+import { startLocalControlPlane } from '../../../test/helpers/control-plane.ts';
+import type { RunningControlPlane } from '../control-plane.ts';
 // @ts-expect-error plain-JS browser module (JSDoc-typed; dashboard.test.ts type-checks it), no declarations
 import * as logic from './dashboard/logic.js';
 
 const {
   agentState,
+  agentTokenPath,
+  agentTokenQuestion,
+  agentTokenView,
   formatAgo,
   formatDuration,
   formatTime,
   isDoneStatus,
   isOpenStatus,
+  LOG_LEVEL_PATH,
+  LOG_LEVELS,
+  logLevelBody,
+  logLevelNote,
+  logLevelQuestion,
   mergeTaskEvent,
   newestFirst,
   pageLabel,
@@ -17,8 +32,11 @@ const {
   parseTaskEvent,
   percent,
   PRESET_EVENTS,
+  PRESET_NAME_FILTER_MAX,
+  presetsHash,
   problemMessage,
   progressView,
+  readLogLevel,
   reconnectDelay,
   SseParser,
   statusClass,
@@ -316,11 +334,12 @@ describe('the address keeps the tab, and the tasks tab its filter and page', () 
       tab: 'tasks',
       statuses: ['QUEUED', 'PRE_PROCESSING', 'RUNNING'],
       page: 2,
+      name: '',
     });
-    expect(parseHash('#presets', TABS)).toEqual({ tab: 'presets', statuses: [], page: 0 });
-    expect(parseHash('', TABS)).toEqual({ tab: 'tasks', statuses: [], page: 0 });
+    expect(parseHash('#presets', TABS)).toEqual({ tab: 'presets', statuses: [], page: 0, name: '' });
+    expect(parseHash('', TABS)).toEqual({ tab: 'tasks', statuses: [], page: 0, name: '' });
     expect(parseHash('webhooks', TABS).tab).toBe('webhooks');
-    expect(parseHash('#nope?page=2', TABS)).toEqual({ tab: 'tasks', statuses: [], page: 1 });
+    expect(parseHash('#nope?page=2', TABS)).toEqual({ tab: 'tasks', statuses: [], page: 1, name: '' });
   });
 
   it('leaves out unknown statuses (and repeats) and pages that are no whole number ≥ 1', () => {
@@ -336,7 +355,27 @@ describe('the address keeps the tab, and the tasks tab its filter and page', () 
     expect(tasksHash({ statuses: [], page: 4 })).toBe('tasks?page=5');
     const q = { statuses: ['DONE_SUCCESSFUL', 'DONE_ERROR', 'DONE_CANCELED'], page: 1 };
     expect(tasksHash(q)).toBe('tasks?status=DONE_SUCCESSFUL,DONE_ERROR,DONE_CANCELED&page=2');
-    expect(parseHash(`#${tasksHash(q)}`, TABS)).toEqual({ tab: 'tasks', ...q });
+    expect(parseHash(`#${tasksHash(q)}`, TABS)).toEqual({ tab: 'tasks', ...q, name: '' });
+  });
+
+  it("the presets tab keeps its name filter: any text survives the address, trimmed, at most the API's 200", () => {
+    expect(presetsHash('')).toBe('presets');
+    expect(presetsHash('   ')).toBe('presets');
+    expect(presetsHash(' h264 ')).toBe('presets?name=h264');
+    expect(parseHash('#presets?name=h264', TABS)).toEqual({
+      tab: 'presets',
+      statuses: [],
+      page: 0,
+      name: 'h264',
+    });
+    for (const name of ['web 1080p', '50%_off', 'a&b=c#d', 'x+y', 'ä/ö?ü', '\\server']) {
+      const hash = presetsHash(name);
+      expect(hash.slice('presets?name='.length), name).not.toMatch(/[\s#&]/); // one parameter, encoded
+      expect(parseHash(`#${hash}`, TABS), name).toMatchObject({ tab: 'presets', name });
+    }
+    expect(parseHash('#presets?name=%20%20gpu%20', TABS).name).toBe('gpu');
+    expect(parseHash(`#presets?name=${'x'.repeat(300)}`, TABS).name).toBe('x'.repeat(PRESET_NAME_FILTER_MAX));
+    expect(PRESET_NAME_FILTER_MAX).toBe(200);
   });
 });
 
@@ -453,5 +492,158 @@ describe('formatting', () => {
     expect(reconnectDelay(0, 1000, 0)).toBe(800);
     expect(reconnectDelay(0, 1000, 1)).toBe(1200);
     expect(reconnectDelay(0, 0)).toBe(100); // `retry: 0` does not make a tight loop
+  });
+});
+
+describe("an agent's new token", () => {
+  /** An answer as the API gives it (checked against its schema, so the fixture cannot drift). */
+  const issued = (over: Partial<AgentTokenIssued> = {}) =>
+    AgentTokenIssued.parse({
+      agent: 'encode-07',
+      generation: 2,
+      token: 'tok-secret',
+      disconnected: true,
+      known: true,
+      fleetTokenAccepted: false,
+      ...over,
+    });
+  type View = { title: string; token: string; command: string; notes: string[] };
+  const view = (i: AgentTokenIssued): View => agentTokenView(i);
+
+  it('is asked for by id (or name), and the question says the old token stops at once and the box is disconnected', () => {
+    expect(agentTokenPath('6f1c0b6e-1f7e-4a57-9a53-0b8f6d3f7f52')).toBe(
+      '/api/v1/agents/6f1c0b6e-1f7e-4a57-9a53-0b8f6d3f7f52/token',
+    );
+    expect(agentTokenPath('a/b?c')).toBe('/api/v1/agents/a%2Fb%3Fc/token');
+    const q = agentTokenQuestion({ name: 'encode-07', runningTasks: [] });
+    expect(q).toContain('“encode-07”');
+    expect(q).toContain('current own token stops working at once');
+    expect(q).toContain('disconnected');
+    expect(q).toContain('FFLEET_AGENT_TOKEN');
+    expect(q).not.toContain('task');
+    expect(agentTokenQuestion({ name: 'x', runningTasks: ['t1'] })).toContain(
+      'hands its running task back to the queue before its lease runs out',
+    );
+    expect(agentTokenQuestion({ name: 'x', runningTasks: ['t1', 't2'] })).toContain('its 2 running tasks');
+  });
+
+  it('shows the token once with the command that prints it again, and what the answer means in plain words', () => {
+    const v = view(issued());
+    expect(v.token).toBe('tok-secret');
+    expect(v.title).toBe('New token for “encode-07” (generation 2)');
+    expect(v.command).toBe('npm run -s agent-token -- encode-07 --generation 2');
+    expect(v.notes).toEqual([
+      'The box’s connection with its old token was closed.',
+      'Only own tokens log agents in (FFLEET_AGENT_AUTH=per-agent): the old token is refused from now on.',
+    ]);
+    // Nothing else carries the token: the title, command and notes may be shown and kept anywhere.
+    for (const text of [v.title, v.command, ...v.notes]) expect(text).not.toContain('tok-secret');
+
+    const shared = view(issued({ disconnected: false, known: false, fleetTokenAccepted: true }));
+    expect(shared.notes).toEqual([
+      'No connection with the old token was open (the box is offline, or logged in with the fleet token).',
+      'No agent named “encode-07” has registered yet: if you meant another box, check the name (this one now has a token of its own all the same).',
+      'The fleet token still logs any agent in (FFLEET_AGENT_AUTH=shared): this does not keep out a box holding it.',
+    ]);
+  });
+
+  describe('from a running control plane (embedded broker, shared mode, a local agent)', () => {
+    const API_TOKEN = 'api-token-for-the-dashboard-tests';
+    const dataDir = mkdtempSync(join(tmpdir(), 'ffleet-dashboard-token-'));
+    let cp: RunningControlPlane | undefined;
+    afterAll(async () => {
+      await cp?.stop();
+      rmSync(dataDir, { recursive: true, force: true });
+    });
+
+    it("the answer gives the dialog's view; the local agent's refusal reads as its detail", async () => {
+      cp = await startLocalControlPlane(
+        dataDir,
+        { FFLEET_API_TOKENS: API_TOKEN },
+        { localAgentName: 'local-box' },
+      );
+      const post = (id: string) =>
+        fetch(`http://127.0.0.1:${cp!.httpPort}${agentTokenPath(id)}`, {
+          method: 'POST',
+          headers: { Authorization: `Bearer ${API_TOKEN}` },
+        });
+      const answer = AgentTokenIssued.parse(await json(await post('encode-11')));
+      const v = view(answer);
+      expect(v.token).toBe(answer.token);
+      expect(v.command).toBe('npm run -s agent-token -- encode-11 --generation 1');
+      expect(v.notes).toContain(
+        'The fleet token still logs any agent in (FFLEET_AGENT_AUTH=shared): this does not keep out a box holding it.',
+      );
+      expect(v.notes.some((n) => n.startsWith('No agent named “encode-11” has registered yet'))).toBe(true);
+
+      const res = await post('local-box');
+      const text = await res.clone().text();
+      const problem = await expectProblem(res, 409, 'LOCAL_AGENT');
+      expect(problemMessage(409, text)).toBe(problem.detail);
+    }, 60_000);
+  });
+
+  describe('refused (the message bar shows the detail)', () => {
+    const open = useTestApp();
+    const withTokens = useTestApp({ apiTokens: ['tok-refusals'] });
+
+    it('403 API_TOKENS_REQUIRED without API tokens; 409 EXTERNAL_BROKER when the broker is not the embedded one', async () => {
+      for (const [res, status, code] of [
+        [await open.call('POST', agentTokenPath('encode-01')), 403, 'API_TOKENS_REQUIRED'],
+        [
+          await withTokens.call('POST', agentTokenPath('encode-01'), undefined, {
+            Authorization: 'Bearer tok-refusals',
+          }),
+          409,
+          'EXTERNAL_BROKER',
+        ],
+      ] as const) {
+        const text = await res.clone().text();
+        const problem = await expectProblem(res, status, code);
+        expect(problemMessage(status, text)).toBe(problem.detail);
+      }
+    });
+  });
+});
+
+describe('the log level', () => {
+  const t = useTestApp();
+
+  it("offers exactly the API's levels; reads an answer, builds a body only for a level the API takes", () => {
+    expect([...LOG_LEVELS]).toEqual([...API_LOG_LEVELS]);
+    expect(LOG_LEVEL_PATH).toBe('/api/v1/system/log-level');
+    expect(readLogLevel({ level: 'debug' })).toBe('debug');
+    for (const bad of [null, undefined, 'info', [], {}, { level: 'verbose' }, { level: 30 }]) {
+      expect(readLogLevel(bad), JSON.stringify(bad)).toBeNull();
+    }
+    expect(logLevelBody('trace')).toEqual({ level: 'trace' });
+    expect(logLevelBody('TRACE')).toBeNull();
+    expect(logLevelBody('')).toBeNull();
+  });
+
+  it('asks first only for a level that hides errors or warnings; says a change lasts until a restart', () => {
+    for (const to of ['warn', 'info', 'debug', 'trace']) expect(logLevelQuestion('info', to), to).toBeNull();
+    expect(logLevelQuestion('silent', 'silent')).toBeNull();
+    expect(logLevelQuestion('info', 'silent')).toContain('log nothing at all');
+    expect(logLevelQuestion('info', 'fatal')).toContain('only fatal errors');
+    expect(logLevelQuestion('info', 'error')).toContain('no warnings');
+    for (const to of ['silent', 'fatal', 'error'])
+      expect(logLevelQuestion('info', to)).toContain('until the control plane restarts');
+    const at = new Date(2026, 10, 27, 9, 30, 5).getTime();
+    expect(logLevelNote('debug', at, at + 1000)).toBe(
+      'debug since 09:30:05, until the control plane restarts',
+    );
+  });
+
+  it('the API takes the body and answers what readLogLevel reads', async () => {
+    expect(readLogLevel(await json(await t.call('GET', LOG_LEVEL_PATH)))).toBe('silent'); // the test app's
+    // Levels that keep the change's own warning out of the test output (LOG_LEVELS equals the API's).
+    for (const level of ['fatal', 'error', 'silent']) {
+      expect(readLogLevel(await json(await t.call('PUT', LOG_LEVEL_PATH, logLevelBody(level))))).toBe(level);
+      expect(readLogLevel(await json(await t.call('GET', LOG_LEVEL_PATH)))).toBe(level);
+    }
+    // What the select can never send, the API refuses as well.
+    expect(logLevelBody('verbose')).toBeNull();
+    await expectProblem(await t.call('PUT', LOG_LEVEL_PATH, { level: 'verbose' }), 422);
   });
 });

@@ -11,7 +11,7 @@ import * as logic from './dashboard/logic.js';
 // @ts-expect-error plain-JS browser module (JSDoc-typed; dashboard.test.ts type-checks it), no declarations
 import * as manage from './dashboard/manage-logic.js';
 
-const { parseProblem } = logic;
+const { parseHash, parseProblem, presetsHash } = logic;
 const {
   editConflict,
   executionDetails,
@@ -34,6 +34,7 @@ const {
   presetFields,
   presetHasAdvanced,
   presetNamesStale,
+  presetsEmptyText,
   taskBody,
   WATCHFOLDER_DEFAULTS,
   WEBHOOK_EVENTS,
@@ -479,6 +480,14 @@ describe('lists', () => {
     );
   });
 
+  it('the presets table without rows says whether a name filter left them out', () => {
+    expect(presetsEmptyText('')).toBe('No presets yet.');
+    expect(presetsEmptyText('  ')).toBe('No presets yet.');
+    expect(presetsEmptyText(' h264 ')).toBe('No preset’s name contains “h264”.');
+    // The page's own text is the one without a filter.
+    expect(HTML).toMatch(/<p id="presets-empty"[^>]*>No presets yet\.<\/p>/);
+  });
+
   it('a page that came back empty (rows deleted) moves to the last page with rows', () => {
     expect(pageToReload(0, 50, 0, 0)).toBeNull();
     expect(pageToReload(3, 50, 200, 10)).toBeNull();
@@ -712,6 +721,24 @@ describe('the bodies the forms build are the ones the API takes', () => {
       taken: ['suspended'],
       values: { suspended: true },
     });
+  });
+
+  it('the presets name filter, as the address keeps it, lists the presets whose name contains it (any case, literally)', async () => {
+    for (const name of ['H264 web', 'h264-proxy', 'ProRes 422', '50%_off', '50 percent'])
+      await json(await t.call('POST', '/api/v1/presets', { name, command: '-y' }), 201);
+    /** The names the presets tab lists for the filter in the address `hash`. */
+    const listed = async (hash: string) => {
+      const { name } = parseHash(hash, ['tasks', 'presets']);
+      const res = await t.call('GET', `/api/v1/presets?${listQuery(0, 50, { name })}`);
+      const items: { name: string }[] = await json(res);
+      expect(res.headers.get('x-total')).toBe(String(items.length));
+      return items.map((p) => p.name).sort();
+    };
+    expect(await listed(`#${presetsHash(' h264 ')}`)).toEqual(['H264 web', 'h264-proxy']);
+    expect(await listed(`#${presetsHash('PRORES')}`)).toEqual(['ProRes 422']);
+    expect(await listed(`#${presetsHash('50%_')}`)).toEqual(['50%_off']);
+    expect(await listed(`#${presetsHash('nothing like it')}`)).toEqual([]);
+    expect((await listed('#presets')).length).toBeGreaterThanOrEqual(5);
   });
 
   it('watchfolder: create, suspend and resume keep its definition', async () => {

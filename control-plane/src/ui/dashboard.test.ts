@@ -248,6 +248,26 @@ describe('the dashboard scripts build the DOM from text only', () => {
     expect('() => presetForm.open(p)').toMatch(/(?<![\w.$])p\b(?!\.id\b)(?=\s*[.,)])/);
   });
 
+  it("an agent's new token lives only in its dialog's field: never stored, logged or put in the address, cleared on close", () => {
+    const app = readFileSync(join(DIR, 'app.js'), 'utf8');
+    for (const file of SCRIPTS) {
+      const source = readFileSync(join(DIR, file), 'utf8');
+      expect(source, file).not.toMatch(/\blocalStorage\b|\bconsole\s*\./);
+      // The API token is the one thing kept (sessionStorage, in dom.js).
+      if (file !== 'dom.js') expect(source, file).not.toMatch(/\bsessionStorage\b/);
+    }
+    // The answer's token goes to the field's value (a property, not an attribute) and nowhere else.
+    const uses = [...app.matchAll(/\.token\b/g)].map((m) => app.slice(m.index - 40, m.index + 6));
+    expect(uses).toEqual([expect.stringMatching(/ui\.tokenValue\.value = v\.token$/)]);
+    expect(app).not.toMatch(/setAttribute\(\s*'value'/);
+    // Closing the dialog (its button, Esc) or losing the API token clears it.
+    expect(app).toMatch(/ui\.tokenDialog\.addEventListener\('close', clearAgentToken\)/);
+    expect(app).toMatch(/function clearAgentToken\(\) \{\s*ui\.tokenValue\.value = '';/);
+    expect(/function clearData\([^)]*\) \{[\s\S]*?\n\}/.exec(app)?.[0]).toContain('closeAgentToken();');
+    const html = readFileSync(join(DIR, 'index.html'), 'utf8');
+    expect(html).toMatch(/<input id="agent-token-value" type="text" readonly autocomplete="off"/);
+  });
+
   it('type-check cleanly against the DOM with their JSDoc types (tsc --checkJs)', () => {
     const dir = mkdtempSync(join(tmpdir(), 'ffleet-dashboard-tsc-'));
     try {

@@ -21,16 +21,26 @@ import {
 } from './dom.js';
 import {
   agentState,
+  agentTokenPath,
+  agentTokenQuestion,
+  agentTokenView,
   formatAgo,
   formatTime,
   isDoneStatus,
   isOpenStatus,
+  LOG_LEVEL_PATH,
+  LOG_LEVELS,
+  logLevelBody,
+  logLevelNote,
+  logLevelQuestion,
   mergeTaskEvent,
   PRESET_EVENTS,
   pageLabel,
   parseHash,
   parseTaskEvent,
+  presetsHash,
   progressView,
+  readLogLevel,
   reconnectDelay,
   SseParser,
   statusClass,
@@ -39,13 +49,23 @@ import {
   taskListQuery,
   tasksHash,
 } from './logic.js';
-import { clearManage, initManage, loadTab, presetsChanged, resumeManage } from './manage.js';
+import {
+  clearManage,
+  initManage,
+  loadTab,
+  presetFilterName,
+  presetsChanged,
+  resumeManage,
+  setPresetFilter,
+} from './manage.js';
 import { closeTaskForm, initTaskForm, openTaskForm, resumeTaskForm, suspendTaskForm } from './task-form.js';
 
 /** @typedef {import('./logic.js').Task} Task */
 /** @typedef {import('./logic.js').Agent} Agent */
 /** @typedef {import('./logic.js').TaskView} TaskView */
 /** @typedef {import('./logic.js').TaskEventName} TaskEventName */
+/** @typedef {import('./logic.js').AgentTokenIssued} AgentTokenIssued */
+/** @typedef {import('./logic.js').AgentTokenView} AgentTokenView */
 /** @typedef {{event: TaskEventName, task: Task}} TaskEvent */
 /** @typedef {import('./dom.js').Cell} Cell */
 
@@ -81,6 +101,14 @@ const ui = {
   agentRows: byId('agent-rows'),
   agentsEmpty: byId('agents-empty'),
   agentsState: byId('agents-state'),
+  logLevel: /** @type {HTMLSelectElement} */ (byId('log-level')),
+  logLevelState: byId('log-level-state'),
+  tokenDialog: /** @type {HTMLDialogElement} */ (byId('agent-token')),
+  tokenTitle: byId('agent-token-title'),
+  tokenValue: /** @type {HTMLInputElement} */ (byId('agent-token-value')),
+  tokenCopied: byId('agent-token-copied'),
+  tokenNotes: byId('agent-token-notes'),
+  tokenCommand: byId('agent-token-command'),
 };
 
 /** @param {string} text @param {'live' | 'wait' | 'off'} state */
@@ -405,7 +433,13 @@ function agentCells(a) {
     ],
     [
       JSON.stringify([a.paused, isBusy]),
-      () => [button(a.paused ? 'Resume' : 'Pause', () => togglePaused(a.id), { disabled: isBusy })],
+      () => [
+        button(a.paused ? 'Resume' : 'Pause', () => togglePaused(a.id), { disabled: isBusy }),
+        button('New token', () => newAgentToken(a.id), {
+          disabled: isBusy,
+          title: 'Revoke this box’s own token and issue a new one (a lost or stolen box)',
+        }),
+      ],
       'actions',
     ],
   ];
@@ -435,6 +469,139 @@ async function togglePaused(id) {
     busy.delete(id);
     renderAgents();
   }
+}
+
+// --- an agent's own token: a new one, shown once ------------------------------------------------------
+// The token is only ever in the dialog's field (its value, never an attribute) while the dialog is open:
+// never stored, logged or put in the address; closing the dialog (or losing the API token) clears it.
+
+/** Replace an agent's own token (as the list has it now), after the operator confirms. @param {string} id */
+async function newAgentToken(id) {
+  const a = agents.find((x) => x.id === id);
+  if (!a || busy.has(id)) return;
+  if (!confirm(agentTokenQuestion(a))) return;
+  busy.add(id);
+  renderAgents();
+  try {
+    /** @type {AgentTokenIssued} */
+    const issued = await (await api('POST', agentTokenPath(id))).json();
+    if (!needsToken) showAgentToken(agentTokenView(issued));
+  } catch (err) {
+    report(err, `New token for “${a.name}”`);
+  } finally {
+    busy.delete(id);
+    renderAgents();
+    loadAgents();
+  }
+}
+
+/** @param {AgentTokenView} v */
+function showAgentToken(v) {
+  ui.tokenTitle.textContent = v.title;
+  ui.tokenValue.value = v.token;
+  ui.tokenCommand.textContent = v.command;
+  ui.tokenNotes.replaceChildren(...v.notes.map((n) => el('li', '', n)));
+  ui.tokenCopied.textContent = '';
+  if (!ui.tokenDialog.open) ui.tokenDialog.showModal();
+  ui.tokenValue.focus();
+  ui.tokenValue.select();
+}
+
+async function copyAgentToken() {
+  const value = ui.tokenValue.value;
+  if (value === '') return;
+  try {
+    // Missing outside secure contexts (a dashboard opened over plain HTTP at a LAN address).
+    if (!navigator.clipboard) throw new Error('no clipboard');
+    await navigator.clipboard.writeText(value);
+    ui.tokenCopied.textContent = 'Copied to the clipboard.';
+  } catch {
+    ui.tokenValue.focus();
+    ui.tokenValue.select();
+    ui.tokenCopied.textContent =
+      'Selected: press Ctrl+C (⌘C) to copy it (this browser lets a page copy only over HTTPS or on localhost).';
+  }
+}
+
+function clearAgentToken() {
+  ui.tokenValue.value = '';
+  ui.tokenTitle.textContent = 'New token';
+  ui.tokenCommand.textContent = '';
+  ui.tokenNotes.replaceChildren();
+  ui.tokenCopied.textContent = '';
+}
+
+function closeAgentToken() {
+  if (ui.tokenDialog.open) ui.tokenDialog.close();
+  clearAgentToken();
+}
+
+// Esc closes the dialog by itself: its close event (dispatched a moment later) clears the token.
+ui.tokenDialog.addEventListener('close', clearAgentToken);
+byId('agent-token-copy').addEventListener('click', () => copyAgentToken());
+byId('agent-token-close').addEventListener('click', closeAgentToken);
+
+// --- the control plane's log level ----------------------------------------------------------------------
+// Read when the page starts (or a token is given) and when the tab comes back into view; a change is
+// PUT at once and lasts until the control plane restarts.
+
+/** The level as the control plane last said; "" while unknown. */
+let logLevel = '';
+let logLevelSeq = 0;
+
+/** @param {string | null} level */
+function showLogLevel(level) {
+  logLevel = level ?? '';
+  const s = ui.logLevel;
+  if (level === null) {
+    s.replaceChildren(new Option('…', ''));
+    s.disabled = true;
+  } else {
+    if (s.options.length !== LOG_LEVELS.length) s.replaceChildren(...LOG_LEVELS.map((l) => new Option(l, l)));
+    s.value = level;
+    s.disabled = false;
+  }
+}
+
+async function loadLogLevel() {
+  const mine = ++logLevelSeq;
+  try {
+    const level = readLogLevel(await (await api('GET', LOG_LEVEL_PATH)).json());
+    if (mine === logLevelSeq && document.activeElement !== ui.logLevel) showLogLevel(level);
+  } catch (err) {
+    if (mine !== logLevelSeq || (err instanceof ApiError && err.status === 401)) return;
+    showLogLevel(null);
+    ui.logLevelState.textContent = `could not read it: ${err instanceof Error ? err.message : String(err)}`;
+  }
+}
+
+async function changeLogLevel() {
+  const from = logLevel;
+  const to = ui.logLevel.value;
+  const body = logLevelBody(to);
+  if (body === null || to === from) return showLogLevel(from || null);
+  const question = logLevelQuestion(from, to);
+  if (question && !confirm(question)) return showLogLevel(from);
+  const mine = ++logLevelSeq;
+  ui.logLevel.disabled = true;
+  try {
+    const level = readLogLevel(await (await api('PUT', LOG_LEVEL_PATH, { body })).json());
+    if (mine !== logLevelSeq) return;
+    showLogLevel(level);
+    ui.logLevelState.textContent = level ? logLevelNote(level, Date.now()) : '';
+  } catch (err) {
+    if (mine !== logLevelSeq) return;
+    showLogLevel(from || null);
+    report(err, `Change the log level to ${to}`);
+  }
+}
+
+ui.logLevel.addEventListener('change', () => changeLogLevel());
+
+function clearLogLevel() {
+  logLevelSeq++;
+  showLogLevel(null);
+  ui.logLevelState.textContent = '';
 }
 
 // --- the event stream ------------------------------------------------------------------------------
@@ -537,6 +704,8 @@ function clearData(keepDrafts = false) {
   agents = [];
   renderAgents();
   ui.agentsState.textContent = '';
+  closeAgentToken();
+  clearLogLevel();
   closeLogs();
   if (keepDrafts) suspendTaskForm();
   else closeTaskForm();
@@ -549,7 +718,8 @@ function updateTokenButton() {
 }
 
 // --- tabs: #tasks (tasks and agents), #presets, #watchfolders, #webhooks -------------------------------
-// The tasks tab's hash also keeps its status filter and page: #tasks?status=RUNNING&page=2.
+// The tasks tab's hash also keeps its status filter and page: #tasks?status=RUNNING&page=2; the presets
+// tab's its name filter: #presets?name=h264.
 
 const TABS = /** @type {const} */ (['tasks', 'presets', 'watchfolders', 'webhooks']);
 /** @typedef {typeof TABS[number]} Tab */
@@ -585,6 +755,22 @@ function queryFromHash() {
   return true;
 }
 
+/**
+ * Take the presets' name filter from the address, when it shows the presets tab.
+ * @returns {boolean} whether it changed
+ */
+function presetFilterFromHash() {
+  const place = parseHash(location.hash, TABS);
+  return place.tab === 'presets' && setPresetFilter(place.name);
+}
+
+/** Put the presets' name filter in the address (without a history entry), when the presets tab is shown. @param {string} name */
+function keepPresetFilterInHash(name) {
+  if (currentTab() !== 'presets') return;
+  const hash = `#${presetsHash(name)}`;
+  if (location.hash !== hash) history.replaceState(null, '', hash);
+}
+
 /** Load what the shown tab lists (the tasks are kept current by the event stream on every tab). */
 function refreshTab() {
   if (needsToken) return;
@@ -612,12 +798,15 @@ for (const b of document.querySelectorAll('button.tab')) {
   if (!(b instanceof HTMLButtonElement)) continue;
   b.addEventListener('click', () => {
     const tab = b.dataset.tab ?? 'tasks';
-    location.hash = tab === 'tasks' ? tasksTabHash() : tab;
+    location.hash =
+      tab === 'tasks' ? tasksTabHash() : tab === 'presets' ? presetsHash(presetFilterName()) : tab;
   });
 }
 window.addEventListener('hashchange', () => {
   if (queryFromHash() && !needsToken) loadTasks();
+  const presetsFiltered = presetFilterFromHash();
   if (currentTab() !== shownTab) showTab();
+  else if (presetsFiltered && !needsToken) loadTab('presets');
 });
 // "New task" on a preset: the tasks tab is shown at once, so that the form can take the focus.
 initManage({
@@ -625,6 +814,7 @@ initManage({
     location.hash = tasksTabHash();
     if (shownTab !== 'tasks') showTab();
   },
+  presetFilterChanged: keepPresetFilterInHash,
 });
 
 function start() {
@@ -632,7 +822,9 @@ function start() {
   ui.auth.hidden = true;
   updateTokenButton();
   queryFromHash();
+  presetFilterFromHash();
   loadTasks();
+  loadLogLevel();
   connectEvents();
   showTab();
   // Forms kept open through the token prompt get their choices (presets, agents) again.
@@ -684,7 +876,9 @@ setInterval(() => {
   if (!document.hidden && !needsToken && logsTask && isOpenStatus(logsTask.status)) refreshLogs();
 }, LOGS_FOLLOW_MS);
 document.addEventListener('visibilitychange', () => {
-  if (!document.hidden) refreshTab();
+  if (document.hidden) return;
+  refreshTab();
+  if (!needsToken) loadLogLevel();
 });
 
 start();

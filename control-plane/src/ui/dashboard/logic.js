@@ -394,25 +394,27 @@ export function taskListQuery(view) {
 }
 
 /**
- * What the address's hash says: the tab, and for the tasks tab its status filter and page
- * (`#tasks?status=QUEUED,RUNNING&page=2`, the page counted from 1 there). Unknown tabs are the tasks
- * tab; unknown statuses and pages that are no whole number ≥ 1 are left out.
+ * What the address's hash says: the tab, for the tasks tab its status filter and page
+ * (`#tasks?status=QUEUED,RUNNING&page=2`, the page counted from 1 there), for the presets tab its name
+ * filter (`#presets?name=h264`). Unknown tabs are the tasks tab; unknown statuses and pages that are no
+ * whole number ≥ 1 are left out; the name is trimmed and cut to the API's 200 characters.
  * @template {string} T
  * @param {string} hash `location.hash`, with or without its `#`
  * @param {readonly T[]} tabs the first is the default
- * @returns {{tab: T, statuses: string[], page: number}} `page` 0-based
+ * @returns {{tab: T, statuses: string[], page: number, name: string}} `page` 0-based
  */
 export function parseHash(hash, tabs) {
   const text = hash.replace(/^#/, '');
   const q = text.indexOf('?');
-  const name = q < 0 ? text : text.slice(0, q);
-  const tab = tabs.find((t) => t === name) ?? /** @type {T} */ (tabs[0]);
+  const tabName = q < 0 ? text : text.slice(0, q);
+  const tab = tabs.find((t) => t === tabName) ?? /** @type {T} */ (tabs[0]);
   const params = new URLSearchParams(q < 0 ? '' : text.slice(q + 1));
   const statuses = (params.get('status') ?? '')
     .split(',')
     .filter((s, i, all) => TASK_STATUSES.includes(s) && all.indexOf(s) === i);
   const page = /^[0-9]{1,6}$/.test(params.get('page') ?? '') ? Number(params.get('page')) : 0;
-  return { tab, statuses, page: Math.max(0, page - 1) };
+  const name = (params.get('name') ?? '').trim().slice(0, PRESET_NAME_FILTER_MAX).trim();
+  return { tab, statuses, page: Math.max(0, page - 1), name };
 }
 
 /**
@@ -424,6 +426,19 @@ export function tasksHash(q) {
   if (q.statuses.length > 0) parts.push(`status=${q.statuses.join(',')}`);
   if (q.page > 0) parts.push(`page=${q.page + 1}`);
   return parts.length > 0 ? `tasks?${parts.join('&')}` : 'tasks';
+}
+
+/** The longest text the presets' name filter takes (`?name=`: a preset name has at most 200 characters). */
+export const PRESET_NAME_FILTER_MAX = 200;
+
+/**
+ * The hash of the presets tab with its name filter (none is left out): `presets`, `presets?name=h264`.
+ * Any text survives the address (`&`, `#`, `%`, `+`, spaces): parseHash reads it back.
+ * @param {string} name
+ */
+export function presetsHash(name) {
+  const v = name.trim();
+  return v === '' ? 'presets' : `presets?${new URLSearchParams({ name: v })}`;
 }
 
 /**
@@ -487,3 +502,129 @@ export function mergeTaskEvent(view, event, task) {
   tasks.splice(at, 0, task);
   return result(tasks.slice(0, view.perPage), view.total + 1, !filtered);
 }
+
+// ---------------------------------------------------------------------------------------------------
+// An agent's own token: a new one, revoking the one it had (POST /api/v1/agents/{id}/token)
+
+/**
+ * The answer of `POST /api/v1/agents/{id}/token`.
+ * @typedef {object} AgentTokenIssued
+ * @property {string} agent the agent's name
+ * @property {number} generation this token's generation; the ones before it are revoked
+ * @property {string} token the new own token (shown once, never stored)
+ * @property {boolean} disconnected a connection of the box with its old token was closed
+ * @property {boolean} known an agent of this name has registered
+ * @property {boolean} fleetTokenAccepted the fleet token also logs agents in (FFLEET_AGENT_AUTH=shared)
+ */
+
+/**
+ * What the token dialog shows: the token, the command that prints it again, and notes in plain words.
+ * @typedef {{title: string, token: string, command: string, notes: string[]}} AgentTokenView
+ */
+
+/** The request of a new own token for an agent (by id, or by name). @param {string} id */
+export const agentTokenPath = (id) => `/api/v1/agents/${encodeURIComponent(id)}/token`;
+
+/**
+ * The question asked before an agent's token is replaced: what stops working, and what happens to the
+ * box.
+ * @param {Pick<Agent, 'name' | 'runningTasks'>} agent
+ */
+export function agentTokenQuestion(agent) {
+  const n = agent.runningTasks.length;
+  const tasks =
+    n > 0
+      ? ` Kept out, it hands its ${n === 1 ? 'running task' : `${n} running tasks`} back to the queue before ${n === 1 ? 'its lease runs' : 'their leases run'} out.`
+      : '';
+  return (
+    `Give “${agent.name}” a new token? Its current own token stops working at once: the box is ` +
+    `disconnected if it is logged in with it, and logs in again only with the new token as its ` +
+    `FFLEET_AGENT_TOKEN (shown next, once).${tasks}`
+  );
+}
+
+/**
+ * The token dialog's content from the API's answer. The notes say what happened and what it means:
+ * whether a connection was closed, a name no agent has registered under (a mistyped one), and that in
+ * `shared` mode the fleet token still lets any box in.
+ * @param {AgentTokenIssued} issued
+ * @returns {AgentTokenView}
+ */
+export function agentTokenView(issued) {
+  /** @type {string[]} */
+  const notes = [];
+  notes.push(
+    issued.disconnected
+      ? 'The box’s connection with its old token was closed.'
+      : 'No connection with the old token was open (the box is offline, or logged in with the fleet token).',
+  );
+  if (!issued.known) {
+    notes.push(
+      `No agent named “${issued.agent}” has registered yet: if you meant another box, check the name (this one now has a token of its own all the same).`,
+    );
+  }
+  notes.push(
+    issued.fleetTokenAccepted
+      ? 'The fleet token still logs any agent in (FFLEET_AGENT_AUTH=shared): this does not keep out a box holding it.'
+      : 'Only own tokens log agents in (FFLEET_AGENT_AUTH=per-agent): the old token is refused from now on.',
+  );
+  return {
+    title: `New token for “${issued.agent}” (generation ${issued.generation})`,
+    token: issued.token,
+    command: `npm run -s agent-token -- ${issued.agent} --generation ${issued.generation}`,
+    notes,
+  };
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The control plane's log level (GET/PUT /api/v1/system/log-level)
+
+export const LOG_LEVEL_PATH = '/api/v1/system/log-level';
+/** pino's levels, most severe first: the values the API (and LOG_LEVEL) takes. */
+export const LOG_LEVELS = Object.freeze(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']);
+
+/**
+ * The level in the API's answer (`{"level": "info"}`); null for anything else.
+ * @param {unknown} body
+ * @returns {string | null}
+ */
+export function readLogLevel(body) {
+  if (!body || typeof body !== 'object') return null;
+  const level = /** @type {{level?: unknown}} */ (body).level;
+  return typeof level === 'string' && LOG_LEVELS.includes(level) ? level : null;
+}
+
+/**
+ * The body of `PUT /api/v1/system/log-level`, or null for a level the API does not take.
+ * @param {string} level
+ * @returns {{level: string} | null}
+ */
+export const logLevelBody = (level) => (LOG_LEVELS.includes(level) ? { level } : null);
+
+/**
+ * The question asked before a change that hides the control plane's errors or warnings (`fatal`,
+ * `silent`; `error` hides warnings such as refused logins); null when none is needed.
+ * @param {string} from
+ * @param {string} to
+ * @returns {string | null}
+ */
+export function logLevelQuestion(from, to) {
+  if (to === from) return null;
+  const until = 'until the control plane restarts or the level is changed again';
+  if (to === 'silent') return `Make the control plane log nothing at all, ${until}?`;
+  if (to === 'fatal')
+    return `Make the control plane log only fatal errors (not its errors or warnings), ${until}?`;
+  if (to === 'error')
+    return `Make the control plane log only errors (no warnings, such as refused agent logins), ${until}?`;
+  return null;
+}
+
+/**
+ * The line beside the log level after a change: that it lasts until a restart (LOG_LEVEL applies
+ * again then), for this control plane process only.
+ * @param {string} level
+ * @param {number} at Unix ms
+ * @param {number} [now]
+ */
+export const logLevelNote = (level, at, now = Date.now()) =>
+  `${level} since ${formatTime(at, now)}, until the control plane restarts`;

@@ -611,6 +611,15 @@ export function listQuery(page, perPage, filters = {}) {
 }
 
 /**
+ * What the presets table says when it has no rows: none at all, or none whose name contains the filter.
+ * @param {string} name the name filter ("" for none)
+ */
+export function presetsEmptyText(name) {
+  const v = name.trim();
+  return v === '' ? 'No presets yet.' : `No preset’s name contains “${v}”.`;
+}
+
+/**
  * A list page to show after a load: the page asked for, or, when it came back empty although the list
  * is not (rows deleted meanwhile), the last page that has rows.
  * @param {number} page

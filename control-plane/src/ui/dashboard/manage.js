@@ -40,6 +40,7 @@ import {
   presetFields,
   presetHasAdvanced,
   presetNamesStale,
+  presetsEmptyText,
   WATCHFOLDER_DEFAULTS,
   WEBHOOK_EVENTS,
   watchfolderBody,
@@ -74,9 +75,12 @@ const NOTE_MS = 20_000;
 let showTasks = () => {
   location.hash = 'tasks';
 };
-/** @param {{showTasks: () => void}} hooks */
+/** The presets' name filter changed (app.js keeps it in the address). @type {(name: string) => void} */
+let presetFilterChanged = () => {};
+/** @param {{showTasks: () => void, presetFilterChanged: (name: string) => void}} hooks */
 export function initManage(hooks) {
   showTasks = hooks.showTasks;
+  presetFilterChanged = hooks.presetFilterChanged;
 }
 
 /** Rows with an action in flight (their buttons are disabled). */
@@ -90,6 +94,7 @@ const busy = new Set();
  * @property {() => void} clear forget the rows (and go back to the first page)
  * @property {(id: string) => T | undefined} find
  * @property {(page: number) => void} goTo
+ * @property {() => void} firstPage go back to the first page at the next load (a filter changed)
  * @property {(text: string) => void} say a note beside the list's title (kept a while, before the refresh time)
  */
 
@@ -179,6 +184,9 @@ function pagedList(prefix, url, cells, before) {
     },
     find: (id) => items.find((i) => i.id === id),
     goTo,
+    firstPage() {
+      page = 0;
+    },
     say(text) {
       note = { text, until: Date.now() + NOTE_MS };
       state.textContent = text;
@@ -423,10 +431,23 @@ async function loadPresetCatalog() {
   presetNamesAt = Date.now();
 }
 
+const presetFilter = /** @type {HTMLInputElement} */ (byId('presets-filter'));
+const presetsEmpty = byId('presets-empty');
+/** The presets' name filter applied ("" for none; trimmed). */
+let presetName = '';
+/** The filter of the last load asked for: the empty table's text names it. */
+let presetNameAsked = '';
+/** Typing in the filter loads the list once this long has passed without a key. */
+const FILTER_DEBOUNCE_MS = 300;
+let presetFilterTimer = 0;
+
 /** @type {PagedList<Preset>} */
 const presets = pagedList(
   'presets',
-  (page, perPage) => `/api/v1/presets?${listQuery(page, perPage)}`,
+  (page, perPage) => {
+    presetNameAsked = presetName;
+    return `/api/v1/presets?${listQuery(page, perPage, { name: presetName })}`;
+  },
   (p) => {
     const isBusy = busy.has(p.id);
     return [
@@ -483,7 +504,25 @@ const presets = pagedList(
       ],
     ];
   },
+  async () => {
+    presetsEmpty.textContent = presetsEmptyText(presetNameAsked);
+  },
 );
+
+/** Apply what the filter field says (at once: Enter, or the debounce's end). */
+function applyPresetFilter() {
+  clearTimeout(presetFilterTimer);
+  const name = presetFilter.value.trim();
+  if (name === presetName) return;
+  presetName = name;
+  presetFilterChanged(name);
+  presets.goTo(0);
+}
+presetFilter.addEventListener('input', () => {
+  clearTimeout(presetFilterTimer);
+  presetFilterTimer = window.setTimeout(applyPresetFilter, FILTER_DEBOUNCE_MS);
+});
+presetFilter.addEventListener('change', applyPresetFilter);
 
 const presetMore = /** @type {HTMLDetailsElement} */ (byId('presets-form-more'));
 const presetForm = resourceForm(
@@ -821,6 +860,24 @@ executionSuccess.addEventListener('change', () => executions.goTo(0));
 byId('executions-refresh').addEventListener('click', () => executions.load());
 
 // --- what app.js calls -----------------------------------------------------------------------------
+
+/** The presets' name filter applied now (for the address). */
+export const presetFilterName = () => presetName;
+
+/**
+ * Take the presets' name filter from the address: the field shows it, and the next load (from the
+ * first page) applies it.
+ * @param {string} name
+ * @returns {boolean} whether it changed (the list must be loaded again)
+ */
+export function setPresetFilter(name) {
+  clearTimeout(presetFilterTimer);
+  presetFilter.value = name;
+  if (name === presetName) return false;
+  presetName = name;
+  presets.firstPage();
+  return true;
+}
 
 /** A preset was created, changed or deleted (the event stream says so): its names are loaded again. */
 export function presetsChanged() {
