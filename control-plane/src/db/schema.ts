@@ -74,6 +74,14 @@ export const tasks = pgTable(
     leaseExpiresAt: ms('lease_expires_at'),
     /** Highest report seq applied for the current attempt (duplicates are ignored). */
     reportSeq: integer('report_seq').notNull().default(-1),
+    /**
+     * The last attempt lost with its agent (lease expired, agent restarted without it): its lease token,
+     * number and highest report seq. That agent's late reports are stale, but the output they carry is
+     * still stored, under that attempt, once per seq.
+     */
+    lostLeaseToken: text('lost_lease_token'),
+    lostAttempt: integer('lost_attempt').notNull().default(0),
+    lostReportSeq: integer('lost_report_seq').notNull().default(-1),
     /** Set when a running task was asked to stop; the agent finishes the cancel. */
     cancelRequested: boolean('cancel_requested').notNull().default(false),
     /** Watchfolder idempotency key: (watchfolder, relative path, size, mtime). */

@@ -123,12 +123,14 @@ export async function requeueLostTask(
 ): Promise<'requeued' | 'failed' | 'canceled'> {
   const counts = opts.countsAttempt ?? true;
   const who = t.agentName ?? t.agentId ?? 'unknown';
+  // The lost attempt's late reports may still bring its output (applyClassified).
+  const lost = { lostLeaseToken: t.leaseToken, lostAttempt: t.attempt, lostReportSeq: t.reportSeq };
   if (t.cancelRequested) {
     await saveTaskChange(
       tx,
       ev,
       t.id,
-      { status: 'DONE_CANCELED', finishedAt: now, leaseToken: null, cancelRequested: false },
+      { status: 'DONE_CANCELED', finishedAt: now, leaseToken: null, cancelRequested: false, ...lost },
       { now },
     );
     return 'canceled';
@@ -142,6 +144,7 @@ export async function requeueLostTask(
         status: 'DONE_ERROR',
         finishedAt: now,
         leaseToken: null,
+        ...lost,
         error: `agent ${who} was lost (${why}) on attempt ${t.attempt} of ${t.maxAttempts}; giving up`,
       },
       { now },
@@ -156,6 +159,7 @@ export async function requeueLostTask(
       status: 'QUEUED',
       ...(counts ? {} : { maxAttempts: t.maxAttempts + 1 }),
       leaseToken: null,
+      ...lost,
       leaseExpiresAt: 0,
       agentId: null,
       agentName: null,

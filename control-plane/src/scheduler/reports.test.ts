@@ -2,6 +2,7 @@ import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { claimAsNewAgent, eventRows, json, type ReportFields, VALID } from '../../../test/api/support.ts';
 import { useTestApp } from '../../../test/helpers/app.ts';
+import { sweepExpiredLeases } from './leases.ts';
 
 describe('reports that carry logs', () => {
   const t = useTestApp();
@@ -19,7 +20,7 @@ describe('reports that carry logs', () => {
         sql`SELECT step, text, attempt FROM task_logs WHERE task_id = ${task.id} ORDER BY id`,
       );
     const status = async () => (await json(await t.call('GET', `/api/v1/tasks/${task.id}`))).status as string;
-    return { send, logs, status };
+    return { send, logs, status, taskId: task.id as string };
   }
 
   it('stores the lines an update carries, in order after earlier log reports', async () => {
@@ -65,6 +66,45 @@ describe('reports that carry logs', () => {
     });
     expect(outcome).toMatchObject({ kind: 'stale' });
     expect(await logs()).toEqual([]);
+  });
+
+  it('stores the output of an attempt lost with its agent when its late reports come, once per seq', async () => {
+    const { send, logs, status, taskId } = await claimedTask();
+    try {
+      await send({ kind: 'update', seq: 0, patch: { status: 'RUNNING', startedAt: Date.now() } });
+      // The agent is lost (its lease runs out): the task goes back to the queue.
+      expect(await sweepExpiredLeases(t.ctx, { onlyIds: [taskId], reason: 'lease expired' })).toMatchObject({
+        requeued: [taskId],
+      });
+      expect(await status()).toBe('QUEUED');
+      // Its late reports (a box the broker refused until then) change nothing, but their output is kept.
+      const late = await send({
+        kind: 'update',
+        seq: 1,
+        patch: { status: 'QUEUED', deliberate: true },
+        logs: [
+          { step: 'transcoder', text: 'last lines\n' },
+          { step: 'agent', text: 'handed back: the broker refuses this agent\n' },
+        ],
+      });
+      expect(late).toMatchObject({ kind: 'stale' });
+      expect(await status()).toBe('QUEUED');
+      // A replay of the same report, a report under another lease token: nothing more.
+      await send({
+        kind: 'update',
+        seq: 1,
+        patch: { status: 'QUEUED' },
+        logs: [{ step: 'agent', text: 'again\n' }],
+      });
+      await send({ kind: 'log', seq: 2, leaseToken: 'not-the-lease', step: 'transcoder', text: 'forged\n' });
+      expect(await logs()).toEqual([
+        { step: 'transcoder', text: 'last lines\n', attempt: 1 },
+        { step: 'agent', text: 'handed back: the broker refuses this agent\n', attempt: 1 },
+      ]);
+    } finally {
+      // Out of the queue: the next tests claim the task they create.
+      await t.call('PATCH', `/api/v1/tasks/${taskId}/cancel`);
+    }
   });
 
   it('stores any text exactly, from log reports and updates, with the report that carries it', async () => {

@@ -65,6 +65,13 @@ function fence(row: TaskRow | null, r: TaskReport): ReportOutcome | null {
   return null;
 }
 
+/** A report of the task's last lost attempt (its lease token) not stored yet (a new seq). */
+const fromLostAttempt = (row: TaskRow, r: TaskReport): boolean =>
+  row.lostLeaseToken !== null &&
+  r.leaseToken === row.lostLeaseToken &&
+  r.attempt === row.lostAttempt &&
+  r.seq > row.lostReportSeq;
+
 /**
  * Apply one agent report in the caller's transaction: fenced by attempt + lease token, each seq once,
  * the status move checked, the lease renewed, events written in the same transaction. The common case (the current attempt of a task this
@@ -300,7 +307,15 @@ async function applyClassified(c: ReportCall): Promise<ReportOutcome> {
   const { tx, ev, now, agentId, report } = c;
   const row = await getTaskRow(tx, report.taskId, true);
   const fenced = fence(row, report);
-  if (fenced) return fenced;
+  if (fenced) {
+    if (fenced.kind === 'stale' && row && fromLostAttempt(row, report)) {
+      // The attempt lost with its agent reports after all (a box refused by the broker until its lease
+      // ran out, a partition healed): the report changes nothing, but its output is the attempt's.
+      await storeLogs(tx, report, logsOf(report), now);
+      await tx.update(tasks).set({ lostReportSeq: report.seq }).where(eq(tasks.id, report.taskId));
+    }
+    return fenced;
+  }
   if (row!.agentId !== agentId) return { kind: 'stale', reason: 'task is assigned to another agent' };
   // The current attempt's output is kept whatever its patch does (a hand-back, an illegal move).
   await storeLogs(tx, report, logsOf(report), now);
