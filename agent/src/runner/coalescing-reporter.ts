@@ -118,6 +118,12 @@ export function coalescingReporter(
     }
     for (const l of pending) send({ kind: 'log', ...l });
   };
+  /** Everything not sent yet (held, and this tick's) goes to what a muted run keeps. */
+  const keepPending = () => {
+    if (held !== null) keepUnsent(takeHeld().logs);
+    keepUnsent(logs);
+    logs = [];
+  };
   const holdLogs = (more: LogText[]) => {
     for (const l of more) {
       heldLogs.push(l);
@@ -129,9 +135,7 @@ export function coalescingReporter(
   return {
     update: (patch, updateOpts) => {
       if (muted()) {
-        if (held !== null) keepUnsent(takeHeld().logs);
-        keepUnsent(logs);
-        logs = [];
+        keepPending();
         return;
       }
       const carried = logs;
@@ -154,9 +158,7 @@ export function coalescingReporter(
       logs.push({ step, text });
     },
     takeUnsent: () => {
-      if (held !== null) keepUnsent(takeHeld().logs);
-      keepUnsent(logs);
-      logs = [];
+      keepPending();
       const out = droppedChars
         ? [
             { step: 'agent' as const, text: `[ffleet: ${droppedChars} characters of output left out]\n` },
