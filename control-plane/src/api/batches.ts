@@ -7,7 +7,7 @@ import { idempotencyOf, withReplay } from './tasks.ts';
 
 export const batchesApi = new Hono<ApiEnv>()
   .post('/', async (c) => {
-    const { data, raw } = await parseJsonBody(c, BatchCreate);
+    const { data, raw } = await parseJsonBody(c, BatchCreate, { nullIsAbsent: true });
     const idem = idempotencyOf(c, 'POST /batches', raw);
     return withReplay(c, async () => {
       const batch = await createBatch(c.var.ctx, data, idem);

@@ -3,6 +3,7 @@ import { findUnsafeJson, PageQuery, unstorableText } from '@ffleet/shared';
 import type { Context } from 'hono';
 import type { z } from 'zod';
 import { BadRequestError, HttpError, ValidationError } from './errors.ts';
+import { withoutNullOptionals } from './null-as-absent.ts';
 
 const JSON_TYPE = /^application\/([a-z0-9.+-]+\+)?json\s*(;|$)/i;
 
@@ -86,14 +87,22 @@ export function zodIssues(error: z.ZodError): { path: string; message: string }[
 
 export type ParsedBody<T> = { data: T; raw: string };
 
-/**
- * Read a JSON body: 415 when it is not JSON, 400 when it does not parse, 422 when it fails the schema.
- * `readOnly` lists response-only fields a client may send back on PUT (they are ignored).
- */
+export type BodyOptions = {
+  /** Response-only fields a client may send back on PUT (they are ignored). */
+  readOnly?: readonly string[];
+  /**
+   * A create or a replace: `null` on an optional field that does not take `null` is read as the field
+   * left out, as FFmate reads it (null-as-absent.ts). Not for PATCH, where leaving a field out means
+   * "unchanged" and a `null` there more likely meant "clear".
+   */
+  nullIsAbsent?: boolean;
+};
+
+/** Read a JSON body: 415 when it is not JSON, 400 when it does not parse, 422 when it fails the schema. */
 export async function parseJsonBody<T>(
   c: Context,
   schema: z.ZodType<T>,
-  readOnly: readonly string[] = [],
+  { readOnly = [], nullIsAbsent = false }: BodyOptions = {},
 ): Promise<ParsedBody<T>> {
   const type = c.req.header('content-type') ?? '';
   if (!JSON_TYPE.test(type)) {
@@ -139,6 +148,7 @@ export async function parseJsonBody<T>(
     for (const k of readOnly) delete copy[k];
     json = copy;
   }
+  if (nullIsAbsent) json = withoutNullOptionals(schema, json);
   const r = schema.safeParse(json);
   if (!r.success) throw new ValidationError('the request body is invalid', zodIssues(r.error));
   return { data: r.data, raw };

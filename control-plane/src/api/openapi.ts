@@ -473,7 +473,19 @@ export function buildOpenApi(version: string) {
       tags: [op.tag],
       parameters: params,
       ...(op.body
-        ? { requestBody: { required: true, content: { 'application/json': { schema: ref(op.body) } } } }
+        ? {
+            requestBody: {
+              required: true,
+              // null-as-absent.ts: creates and replaces read FFmate's `null` for "not set".
+              ...(op.body.endsWith('Create')
+                ? {
+                    description:
+                      '`null` on an optional field that does not take `null` reads as leaving it out',
+                  }
+                : {}),
+              content: { 'application/json': { schema: ref(op.body) } },
+            },
+          }
         : {}),
       responses,
     };

@@ -38,7 +38,7 @@ export async function withReplay(c: Context, run: () => Promise<Response>): Prom
 
 export const tasksApi = new Hono<ApiEnv>()
   .post('/', async (c) => {
-    const { data, raw } = await parseJsonBody(c, TaskCreate);
+    const { data, raw } = await parseJsonBody(c, TaskCreate, { nullIsAbsent: true });
     const idem = idempotencyOf(c, 'POST /tasks', raw);
     return withReplay(c, async () => {
       const task = await createTask(c.var.ctx, data, idem);

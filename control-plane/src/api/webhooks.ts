@@ -45,7 +45,7 @@ export const redeliverThrough =
 export const webhooksApi = (redeliver: Redeliver) =>
   new Hono<ApiEnv>()
     .post('/', async (c) => {
-      const { data } = await parseJsonBody(c, WebhookCreate, READ_ONLY);
+      const { data } = await parseJsonBody(c, WebhookCreate, { readOnly: READ_ONLY, nullIsAbsent: true });
       const w = await createWebhook(c.var.ctx, data);
       return created(c, `/api/v1/webhooks/${w.id}`, w);
     })
@@ -68,7 +68,7 @@ export const webhooksApi = (redeliver: Redeliver) =>
     })
     .get('/:id', async (c) => c.json(await getWebhook(c.var.ctx, c.req.param('id'))))
     .put('/:id', async (c) => {
-      const { data } = await parseJsonBody(c, WebhookCreate, READ_ONLY);
+      const { data } = await parseJsonBody(c, WebhookCreate, { readOnly: READ_ONLY, nullIsAbsent: true });
       return c.json(await updateWebhook(c.var.ctx, c.req.param('id'), data));
     })
     .delete('/:id', async (c) => {
