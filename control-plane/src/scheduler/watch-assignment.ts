@@ -1,8 +1,8 @@
 import type { WatchfolderAssignment } from '@ffleet/shared';
-import { eq } from 'drizzle-orm';
+import { eq, inArray, or, sql } from 'drizzle-orm';
 import type { Db } from '../db/client.ts';
 import type { AgentRow, WatchfolderRow } from '../db/mappers.ts';
-import { watchfolders } from '../db/schema.ts';
+import { agents, watchfolders } from '../db/schema.ts';
 
 /**
  * Decide which online agent scans each watchfolder: the pinned one (`agent` = name or id) when it is
@@ -57,11 +57,33 @@ export const toAssignment = (wf: WatchfolderRow): WatchfolderAssignment => ({
   suspended: wf.suspended,
 });
 
-/** Why no agent scans a folder (its `error` while unassigned). */
-const unassignedError = (wf: WatchfolderRow): string =>
-  wf.agent
-    ? `agent ${wf.agent} is not online (offline, draining or never connected)`
-    : 'no agent is online to scan this folder';
+/**
+ * Why no agent scans a folder (its `error` while unassigned). `known`: the pins that name an agent the
+ * control plane has a record of (by name or id), so a mistyped name reads as one.
+ */
+const unassignedError = (wf: WatchfolderRow, known: ReadonlySet<string>): string =>
+  !wf.agent
+    ? 'no agent is online to scan this folder'
+    : known.has(wf.agent)
+      ? `agent ${wf.agent} is not online (offline or draining)`
+      : `no agent named ${wf.agent} has ever connected: check the name (the folder is scanned once it connects)`;
+
+/** Of the pins of folders left unassigned, those that name an agent on record (one read, only then). */
+async function knownPins(
+  db: Db,
+  folders: readonly WatchfolderRow[],
+  plan: Map<string, string | null>,
+): Promise<Set<string>> {
+  const pins = [
+    ...new Set(folders.filter((f) => f.agent && (plan.get(f.id) ?? null) === null).map((f) => f.agent!)),
+  ];
+  if (!pins.length) return new Set();
+  const rows = await db
+    .select({ id: agents.id, name: agents.name })
+    .from(agents)
+    .where(or(inArray(agents.name, pins), inArray(sql<string>`${agents.id}::text`, pins)));
+  return new Set(pins.filter((p) => rows.some((r) => r.name === p || r.id === p)));
+}
 
 /**
  * Persist the plan; returns the folders whose assignment changed. An unassigned folder always shows
@@ -73,10 +95,11 @@ export async function saveAssignments(
   folders: readonly WatchfolderRow[],
   plan: Map<string, string | null>,
 ) {
+  const known = await knownPins(db, folders, plan);
   const changed: string[] = [];
   for (const wf of folders) {
     const next = plan.get(wf.id) ?? null;
-    const error = next === null ? unassignedError(wf) : '';
+    const error = next === null ? unassignedError(wf, known) : '';
     if (next !== wf.assignedAgentId || (next === null && wf.error !== error)) {
       await db.update(watchfolders).set({ assignedAgentId: next, error }).where(eq(watchfolders.id, wf.id));
       if (next !== wf.assignedAgentId) changed.push(wf.id);
