@@ -165,12 +165,22 @@ export function checkQueryText(c: Context): void {
 }
 
 /**
- * Parse query parameters with a schema; failures are 400 (CONTRACT.md: bad query). A parameter given
- * more than once counts as the comma-separated list of its values (`status=A&status=B` is
- * `status=A,B`), so no value is silently dropped; where the parameter takes one value that is a 400.
+ * Parse query parameters with a schema; failures are 400 (CONTRACT.md: bad query). A parameter named in
+ * `lists` may be given more than once and counts as the comma-separated list of its values
+ * (`status=A&status=B` is `status=A,B`); any other given twice is a 400, so no value is silently dropped
+ * or read as one text (`q=a&q=b` would search for "a,b").
  */
-export function parseQuery<T>(c: Context, schema: z.ZodType<T>): T {
-  const query = Object.fromEntries(Object.entries(c.req.queries()).map(([k, vs]) => [k, vs.join(',')]));
+export function parseQuery<T>(c: Context, schema: z.ZodType<T>, lists: readonly string[] = []): T {
+  const query: Record<string, string> = {};
+  // Only this schema's own parameters (the page schema sees the filters too).
+  const own = (schema as { shape?: Record<string, unknown> }).shape;
+  for (const [k, vs] of Object.entries(c.req.queries())) {
+    if (vs.length > 1 && !lists.includes(k) && (!own || Object.hasOwn(own, k)))
+      throw new BadRequestError('INVALID_QUERY', 'the query parameters are invalid', [
+        { path: k, message: `is given ${vs.length} times; it takes one value` },
+      ]);
+    query[k] = vs.join(',');
+  }
   const r = schema.safeParse(query);
   if (!r.success)
     throw new BadRequestError('INVALID_QUERY', 'the query parameters are invalid', zodIssues(r.error));

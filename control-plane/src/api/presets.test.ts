@@ -137,6 +137,13 @@ describe('preset routes', () => {
       'INVALID_QUERY',
     );
     expect(long.errors).toEqual([{ path: 'name', message: 'must be at most 200 characters' }]);
+    // Given twice, it is not searched for as "a,b".
+    const twice = await expectProblem(
+      await t.call('GET', '/api/v1/presets?name=a&name=b'),
+      400,
+      'INVALID_QUERY',
+    );
+    expect(twice.errors).toEqual([{ path: 'name', message: 'is given 2 times; it takes one value' }]);
   });
 
   it('PUT replaces the whole definition, ignores echoed read-only fields and emits preset.updated', async () => {

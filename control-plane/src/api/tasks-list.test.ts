@@ -96,6 +96,13 @@ describe('GET /api/v1/tasks filters and pagination', () => {
     expect(await names(`?agent=${agentId}`)).toEqual(['Beta clip']);
     expect(await names('?agent=node-1')).toEqual(['Beta clip']);
     expect((await list('?agent=node-2')).total).toBe(0);
+    // Only status takes a list: another parameter given twice is refused, not read as "a,b".
+    for (const q of ['agent=node-1&agent=node-2', 'q=alpha&q=beta', 'batch=a&batch=b', 'page=0&page=1']) {
+      const p = await expectProblem(await t.call('GET', `/api/v1/tasks?${q}`), 400, 'INVALID_QUERY');
+      expect(p.errors, q).toEqual([
+        { path: q.split('=')[0], message: 'is given 2 times; it takes one value' },
+      ]);
+    }
   });
 
   it('filters by name substring (q), case-insensitive, with LIKE wildcards taken literally', async () => {

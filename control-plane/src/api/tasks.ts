@@ -47,7 +47,7 @@ export const tasksApi = new Hono<ApiEnv>()
   })
   .get('/', async (c) => {
     const page = parsePage(c);
-    const q = parseQuery(c, TaskListQuery);
+    const q = parseQuery(c, TaskListQuery, ['status']);
     const { items, total } = await listTasks(c.var.ctx, q, page);
     return listResponse(c, items, total);
   })
