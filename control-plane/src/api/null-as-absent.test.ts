@@ -108,6 +108,35 @@ describe('null on an optional field in a create or replace body (FFmate clients)
     expect(batch.tasks).toHaveLength(1);
   });
 
+  it("a task's null or empty preset is none, and its null steps are the preset's (FFmate)", async () => {
+    const preset = await post('presets', {
+      ...VALID.preset(),
+      preProcessing: { scriptPath: '/bin/pre' },
+      postProcessing: { scriptPath: '/bin/post' },
+    });
+    type Step = { scriptPath: { raw: string } } | null;
+    const step = (task: Record<string, unknown>, key: string) => (task[key] as Step)?.scriptPath.raw ?? null;
+    for (const steps of [{}, { preProcessing: null, postProcessing: null }]) {
+      const task = await post('tasks', { ...VALID.task(), preset: preset.id, ...steps });
+      expect([step(task, 'preProcessing'), step(task, 'postProcessing')]).toEqual(['/bin/pre', '/bin/post']);
+    }
+    // `{}` is a step that runs nothing: a task can still do without its preset's step.
+    const without = await post('tasks', { ...VALID.task(), preset: preset.id, preProcessing: {} });
+    expect([step(without, 'preProcessing'), step(without, 'postProcessing')]).toEqual(['', '/bin/post']);
+    for (const blank of ['', '  ', null]) {
+      const task = await post('tasks', { ...VALID.task(), preset: blank });
+      expect(task.preset).toBeNull();
+      const batch = await post('batches', { tasks: [{ ...VALID.task(), preset: blank }] });
+      expect(batch.tasks).toHaveLength(1);
+    }
+    const none = await expectProblem(
+      await t.call('POST', '/api/v1/tasks', { inputFile: '/a', preset: '' }),
+      422,
+      'VALIDATION_FAILED',
+    );
+    expect(errorPaths(none)).toEqual(['command']);
+  });
+
   it('a required field that is null is still refused, naming it', async () => {
     const p = await expectProblem(
       await t.call('POST', '/api/v1/tasks', { inputFile: '/a', command: null }),

@@ -137,7 +137,8 @@ describe('task routes', () => {
         outputFile: '/task/out.mkv',
         priority: 0,
         preProcessing: { scriptPath: '/bin/task-pre' },
-        postProcessing: null,
+        // `{}` defines a step that runs nothing (a `null` is not given: the preset's step, as in FFmate).
+        postProcessing: {},
         requires: [],
         webhooks: [{ event: 'task.deleted', url: 'http://hooks.local/task' }],
       });
@@ -151,7 +152,7 @@ describe('task routes', () => {
           sidecarPath: { raw: '' },
           importSidecar: false,
         },
-        postProcessing: null,
+        postProcessing: { scriptPath: { raw: '' }, sidecarPath: { raw: '' } },
         requires: [],
         webhooks: [
           { event: 'task.created', url: 'http://hooks.local/preset-task' },

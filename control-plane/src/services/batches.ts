@@ -9,7 +9,7 @@ import { batches, presets, tasks } from '../db/schema.ts';
 import { type ServiceContext, transact } from './context.ts';
 import { claimIdempotencyKey, type IdempotencyRequest, storeIdempotentResponse } from './idempotency.ts';
 import { paginate } from './paginate.ts';
-import { buildTaskRow, type Issue, type TaskInsert } from './task-input.ts';
+import { buildTaskRow, type Issue, presetOf, type TaskInsert } from './task-input.ts';
 import { applyTaskChange, finishBatchIfDone, insertTasks, isUuid, openBatchTasks } from './tasks.ts';
 
 /** The batch object with its status counts and task ids. */
@@ -41,7 +41,7 @@ export async function createBatch(
   let queued: TaskInsert[] = [];
   const batch = await transact(ctx, async (tx, ev) => {
     if (idem) await claimIdempotencyKey(tx, idem, ctx.now());
-    const presetIds = [...new Set(input.tasks.map((t) => t.preset).filter((p): p is string => !!p))];
+    const presetIds = [...new Set(input.tasks.map(presetOf).filter((p): p is string => p !== undefined))];
     const found = new Map<string, PresetRow>();
     const validIds = presetIds.filter(isUuid);
     if (validIds.length) {
@@ -61,9 +61,10 @@ export async function createBatch(
     // keep that tie-break equal to the submission order.
     const taskIds = input.tasks.map(() => randomUUID()).sort();
     input.tasks.forEach((item, i) => {
-      const preset = item.preset !== undefined ? (found.get(item.preset) ?? null) : null;
-      if (item.preset !== undefined && !preset) {
-        issues.push({ path: `tasks.${i}.preset`, message: `preset ${item.preset} not found` });
+      const presetId = presetOf(item);
+      const preset = presetId !== undefined ? (found.get(presetId) ?? null) : null;
+      if (presetId !== undefined && !preset) {
+        issues.push({ path: `tasks.${i}.preset`, message: `preset ${presetId} not found` });
         return;
       }
       const built = buildTaskRow(item, preset, { source: 'api', batchId, now, id: taskIds[i] });

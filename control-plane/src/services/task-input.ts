@@ -39,6 +39,9 @@ export type BuildOptions = {
 const given = (value: string | undefined): string | undefined =>
   value === undefined || value.trim() === '' ? undefined : value;
 
+/** The preset a create body names: an empty or blank `preset` is none, as FFmate reads it. */
+export const presetOf = (input: Pick<TaskCreate, 'preset'>): string | undefined => given(input.preset);
+
 /**
  * Merge a validated create body with its preset (a field given on the task wins; processing steps are
  * taken whole) and produce the row to insert, or the validation issues (paths relative to the body).
@@ -58,8 +61,10 @@ export function buildTaskRow(
   }
   if (issues.length > 0) return { ok: false, issues };
 
-  const pre = input.preProcessing !== undefined ? input.preProcessing : (preset?.preProcessing ?? null);
-  const post = input.postProcessing !== undefined ? input.postProcessing : (preset?.postProcessing ?? null);
+  // A step left out or `null` is the preset's (FFmate takes a task's null as not given); `{}` is a step
+  // that runs nothing, so a task can still do without its preset's step.
+  const pre = input.preProcessing ?? preset?.preProcessing ?? null;
+  const post = input.postProcessing ?? preset?.postProcessing ?? null;
   const presetTaskHooks = (preset?.webhooks ?? []).filter((w) => w.event.startsWith('task.'));
   const inputFile = input.inputFile ?? '';
   const name = given(input.name) ?? (inputFile ? basename(inputFile) || 'task' : 'task');

@@ -18,7 +18,7 @@ import { EmittedEvents } from '../events/outbox.ts';
 import { type ServiceContext, transact } from './context.ts';
 import { claimIdempotencyKey, type IdempotencyRequest, storeIdempotentResponse } from './idempotency.ts';
 import { paginate } from './paginate.ts';
-import { buildTaskRow, storedTaskRow, type TaskInsert } from './task-input.ts';
+import { buildTaskRow, presetOf, storedTaskRow, type TaskInsert } from './task-input.ts';
 
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 export const isUuid = (s: string): boolean => UUID_RE.test(s);
@@ -169,7 +169,8 @@ export async function createTask(
   input: TaskCreate,
   idem?: IdempotencyRequest,
 ): Promise<Task> {
-  if (!idem && input.preset === undefined) {
+  const presetId = presetOf(input);
+  if (!idem && presetId === undefined) {
     // Nothing to read first: the insert, its event and deliveries are one auto-committed statement.
     const built = buildTaskRow(input, null, { source: 'api', now: ctx.now() });
     if (!built.ok) throw new ValidationError('task is invalid', built.issues);
@@ -181,10 +182,10 @@ export async function createTask(
   }
   const task = await transact(ctx, async (tx, ev) => {
     if (idem) await claimIdempotencyKey(tx, idem, ctx.now());
-    const preset = input.preset !== undefined ? await findPreset(tx, input.preset) : null;
-    if (input.preset !== undefined && !preset) {
+    const preset = presetId !== undefined ? await findPreset(tx, presetId) : null;
+    if (presetId !== undefined && !preset) {
       throw new ValidationError('unknown preset', [
-        { path: 'preset', message: `preset ${input.preset} not found` },
+        { path: 'preset', message: `preset ${presetId} not found` },
       ]);
     }
     const built = buildTaskRow(input, preset, { source: 'api', now: ctx.now() });
