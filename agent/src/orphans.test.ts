@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { processStartTime } from '@ffleet/shared';
+import { processStartTime, procStatFields } from '@ffleet/shared';
 import { afterEach, describe, expect, it } from 'vitest';
 import { findMarkedProcesses, killOrphanedRuns, RUN_MARK_VAR, runMark, STEP_MARK_VAR } from './orphans.ts';
 
@@ -59,6 +59,31 @@ describe('killOrphanedRuns', () => {
     expect(killed.sort()).toEqual([gone.pid, reused.pid].sort());
     await exited(gone);
     expect(alive(live.pid!)).toBe(true);
+  });
+
+  it('kills the runs of an agent that is a zombie (SIGKILLed, restarted before its parent reaped it)', async () => {
+    // `sleep 0.05` ends and stays a zombie: its parent (sh exec'd into `sleep 30`) never waits for it.
+    const parent = spawn('sh', ['-c', 'sleep 0.05 & echo $!; exec sleep 30'], {
+      detached: true,
+      stdio: ['ignore', 'pipe', 'ignore'],
+    });
+    started.push(parent);
+    const zombie = await new Promise<number>((resolve) =>
+      parent.stdout!.once('data', (d) => resolve(Number(d))),
+    );
+    let state = '';
+    for (let i = 0; i < 100 && state !== 'Z'; i++) {
+      await new Promise((r) => setTimeout(r, 20));
+      state = procStatFields(zombie)?.[0] ?? '';
+    }
+    expect(state).toBe('Z');
+    const start = processStartTime(zombie);
+    expect(start).not.toBeNull();
+    const orphan = sleeper(`box-5:dead-boot:${zombie}:${start}`);
+    await new Promise((r) => setTimeout(r, 100));
+    expect(killOrphanedRuns('box-5', 'this-boot')).toEqual([orphan.pid]);
+    await exited(orphan);
+    expect(orphan.signalCode).toBe('SIGKILL');
   });
 });
 

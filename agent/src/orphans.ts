@@ -1,5 +1,5 @@
 import { readdirSync, readFileSync } from 'node:fs';
-import { processStartTime, procStatFields } from '@ffleet/shared';
+import { processRunsSince, processStartTime, procStatFields } from '@ffleet/shared';
 
 /**
  * Every process an agent starts (scripts, transcoder) carries this variable:
@@ -24,13 +24,14 @@ export function runMark(agentName: string, bootId: string): string {
 }
 
 /**
- * The process that started a marked run is alive (same pid, same start time): another live agent with
- * the same name on this host, whose work is not orphaned. Marks without the pid (older agents) say no.
+ * The process that started a marked run is alive (same pid, same start time, not a zombie): another live
+ * agent with the same name on this host, whose work is not orphaned. A SIGKILLed agent restarted before
+ * its parent reaped it is a zombie: its runs are orphans. Marks without the pid (older agents) say no.
  */
 function ownerAlive(rest: string): boolean {
   const [, pid, start] = rest.split(':');
   if (!pid || !start) return false;
-  return processStartTime(pid) === start;
+  return processRunsSince(pid, start);
 }
 
 /**

@@ -437,7 +437,7 @@ describe.each(TEST_BROKER_KINDS)('AgentSession on $kind', ({ start }) => {
     );
     const loud = records.filter((r) => r.level >= 40);
     expect(loud.map((r) => r.msg)).toEqual([
-      `broker refused this agent: check the agent name and token (a control plane with FFLEET_AGENT_AUTH=per-agent takes only the agent's own token: run \`ffleet agent-token ${name}\` where it runs); retrying with backoff`,
+      `broker refused this agent: check the agent name and token (a control plane with FFLEET_AGENT_AUTH=per-agent takes only the agent's own token: run \`ffleet agent-token ${name}\` where it runs, with \`--generation N\` once the token was replaced through POST /api/v1/agents/${name}/token; the control plane's log names the exact command); retrying with backoff`,
     ]);
     expect(session.connected).toBe(false);
     // Every refusal is told (the fleet agent stops its runs once their leases must have run out).

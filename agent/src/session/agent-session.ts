@@ -299,7 +299,7 @@ export class AgentSession extends EventEmitter<SessionEvents> {
     if (kind === 'auth') {
       this.logger.error(
         { url: this.shownUrl, code, err: err.message },
-        `broker refused this agent: check the agent name and token (a control plane with FFLEET_AGENT_AUTH=per-agent takes only the agent's own token: run \`ffleet agent-token ${this.opts.name}\` where it runs); retrying with backoff`,
+        `broker refused this agent: check the agent name and token (a control plane with FFLEET_AGENT_AUTH=per-agent takes only the agent's own token: run \`ffleet agent-token ${this.opts.name}\` where it runs, with \`--generation N\` once the token was replaced through POST /api/v1/agents/${this.opts.name}/token; the control plane's log names the exact command); retrying with backoff`,
       );
     } else {
       this.logger.warn({ url: this.shownUrl, err: err.message }, 'broker unreachable; retrying with backoff');

@@ -62,6 +62,13 @@ describe('agent tokens on the embedded broker', () => {
     // A box retrying with backoff is logged once a minute, not at every attempt; a new reason is logged.
     for (let i = 0; i < 3; i++) expect(await logsIn(url, 'encode-03', FLEET_TOKEN)).toBe(false);
     expect(await logsIn(url, 'encode-03', 'wrong')).toBe(false);
+    // The right token under another client id: refused for that, and said so.
+    const r = await connectRaw(url, {
+      username: 'encode-05',
+      password: agentTokenFor(FLEET_TOKEN, 'encode-05'),
+      clientId: 'encode-01',
+    });
+    expect(r.ok).toBe(false);
 
     const refusals = records.filter((r) => String(r.msg).startsWith('connection refused'));
     expect(refusals.map((r) => [r.username, r.msg])).toEqual([
@@ -80,6 +87,10 @@ describe('agent tokens on the embedded broker', () => {
       // No hint naming the control plane's own user as an agent to make a token for.
       ['ffleet-control-plane', 'connection refused: bad credentials'],
       ['encode-03', 'connection refused: bad credentials'],
+      [
+        'encode-05',
+        'connection refused: the client id "encode-01" is not the user name "encode-05": an agent logs in with its name as both',
+      ],
     ]);
     // No token ever reaches the log.
     const logged = JSON.stringify(records);

@@ -301,7 +301,7 @@ export class EmbeddedBroker {
     }
     // Never log the password; the names are what an operator needs to find the misconfigured host. A box
     // retrying with backoff is told about once a minute, not at every attempt.
-    const reason = this.refusalReason(username, password);
+    const reason = this.refusalReason(client.id, username, password);
     if (this.refusalsLogged.due(`${username}\u0000${client.id}\u0000${reason}`))
       this.logger.warn({ client: client.id, username }, `connection refused: ${reason}`);
     const err = new Error('bad username or password') as AuthenticateError;
@@ -310,10 +310,16 @@ export class EmbeddedBroker {
   }
 
   /** What an operator should know about a refused login (never the password itself). */
-  private refusalReason(username: string | undefined, password: Buffer | undefined): string {
+  private refusalReason(
+    clientId: string | null,
+    username: string | undefined,
+    password: Buffer | undefined,
+  ): string {
     const agentName =
       username !== undefined && username !== this.opts.internalUser && AGENT_ID_RE.test(username);
     if (!agentName) return 'bad credentials';
+    if (clientId !== username)
+      return `the client id ${JSON.stringify(clientId)} is not the user name ${JSON.stringify(username)}: an agent logs in with its name as both`;
     const current = this.generations.get(username) ?? 0;
     const command = `ffleet agent-token ${username}${current ? ` --generation ${current}` : ''}`;
     if (this.opts.agentAuth === 'per-agent' && equalSecrets(password, this.opts.agentToken))

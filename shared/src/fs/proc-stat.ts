@@ -16,3 +16,13 @@ export function procStatFields(pid: number | string): string[] | null {
 
 /** When a process started (field 22 of its stat: clock ticks after boot), or null when it is gone. */
 export const processStartTime = (pid: number | string): string | null => procStatFields(pid)?.[19] ?? null;
+
+/**
+ * Whether the process `pid` that started at `start` (processStartTime) still runs: not gone, not a
+ * reused pid, and not a zombie (killed, not reaped yet by its parent: a SIGKILLed agent whose service
+ * manager has not collected it holds nothing any more).
+ */
+export function processRunsSince(pid: number | string, start: string): boolean {
+  const fields = procStatFields(pid);
+  return fields !== null && fields[19] === start && fields[0] !== 'Z' && fields[0] !== 'X';
+}
