@@ -325,7 +325,7 @@ describe('watchfolders across several agents', () => {
     expect(await getWf(wf.id)).toMatchObject({
       assignedAgent: null,
       error:
-        'no agent named no-such-agent has ever connected: check the name (the folder is scanned once it connects)',
+        'no agent named no-such-agent is known (none has connected under that name, or it was deleted): check the name; the folder is scanned once it connects',
     });
   });
 });

@@ -66,7 +66,7 @@ const unassignedError = (wf: WatchfolderRow, known: ReadonlySet<string>): string
     ? 'no agent is online to scan this folder'
     : known.has(wf.agent)
       ? `agent ${wf.agent} is not online (offline or draining)`
-      : `no agent named ${wf.agent} has ever connected: check the name (the folder is scanned once it connects)`;
+      : `no agent named ${wf.agent} is known (none has connected under that name, or it was deleted): check the name; the folder is scanned once it connects`;
 
 /** Of the pins of folders left unassigned, those that name an agent on record (one read, only then). */
 async function knownPins(
