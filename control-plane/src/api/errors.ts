@@ -23,8 +23,9 @@ export class NotFoundError extends HttpError {
 }
 
 export class ConflictError extends HttpError {
-  constructor(code: string, message: string) {
-    super(409, code, 'Conflict', message);
+  /** `errors`: the fields the conflict is about (a taken name), for clients that mark them. */
+  constructor(code: string, message: string, errors?: { path: string; message: string }[]) {
+    super(409, code, 'Conflict', message, errors);
   }
 }
 

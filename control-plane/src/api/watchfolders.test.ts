@@ -98,11 +98,13 @@ describe('watchfolder routes', () => {
     const a = await create({ ...VALID.watchfolder(preset), name: 'dup-a' });
     await create({ ...VALID.watchfolder(preset), name: 'dup-b' });
     const before = await countRows(t.db);
-    await expectProblem(
+    const taken = await expectProblem(
       await t.call('POST', '/api/v1/watchfolders', { ...VALID.watchfolder(preset), name: 'dup-a' }),
       409,
       'WATCHFOLDER_NAME_TAKEN',
     );
+    // The field it is about, so that a form marks it.
+    expect(taken.errors).toEqual([{ path: 'name', message: 'another watchfolder has this name' }]);
     await expectProblem(
       await t.call('PUT', `/api/v1/watchfolders/${a.id}`, { ...VALID.watchfolder(preset), name: 'dup-b' }),
       409,

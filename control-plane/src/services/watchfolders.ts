@@ -52,11 +52,7 @@ async function checkRefs(tx: Db, input: WatchfolderCreate, selfId: string | null
         ? and(eq(watchfolders.name, input.name), ne(watchfolders.id, selfId))
         : eq(watchfolders.name, input.name),
     );
-  if (clash.length)
-    throw new ConflictError(
-      'WATCHFOLDER_NAME_TAKEN',
-      `a watchfolder named ${JSON.stringify(input.name)} exists`,
-    );
+  if (clash.length) throw nameTaken(input.name);
 }
 
 /**
@@ -102,17 +98,19 @@ const values = (input: WatchfolderCreate) => ({
   agent: input.agent ?? null,
 });
 
+/** The 409 of a name another watchfolder has, naming the field so that forms can mark it. */
+const nameTaken = (name: string) =>
+  new ConflictError('WATCHFOLDER_NAME_TAKEN', `a watchfolder named ${JSON.stringify(name)} exists`, [
+    { path: 'name', message: 'another watchfolder has this name' },
+  ]);
+
 /** Run a write; a unique violation on the name (a concurrent create/rename) becomes the 409. */
 async function withUniqueName<T>(name: string | (() => string), write: () => Promise<T>): Promise<T> {
   try {
     return await write();
   } catch (err) {
     if (isUniqueViolation(err)) {
-      const taken = typeof name === 'function' ? name() : name;
-      throw new ConflictError(
-        'WATCHFOLDER_NAME_TAKEN',
-        `a watchfolder named ${JSON.stringify(taken)} exists`,
-      );
+      throw nameTaken(typeof name === 'function' ? name() : name);
     }
     throw err;
   }

@@ -16,6 +16,7 @@ import {
   onUnauthorized,
   report,
   setToken,
+  showError,
   syncRows,
   token,
 } from './dom.js';
@@ -383,6 +384,8 @@ async function loadAgents() {
     /** @type {Agent[]} */
     const list = await res.json();
     agents = list.sort((a, b) => a.name.localeCompare(b.name));
+    // The control plane answers again while the event stream waits out its backoff: reconnect now.
+    if (reconnectTimer !== 0) connectEvents();
     const online = agents.filter((a) => a.status !== 'offline').length;
     ui.agentsState.textContent = `${online} of ${agents.length} online · refreshed ${formatTime(Date.now())}`;
     renderAgents();
@@ -479,6 +482,15 @@ async function togglePaused(id) {
 async function newAgentToken(id) {
   const a = agents.find((x) => x.id === id);
   if (!a || busy.has(id)) return;
+  tokenOpener = id;
+  // Without an API token the control plane hands out no credential (403 API_TOKENS_REQUIRED): say so
+  // before asking whether to cut the box off.
+  if (token() === '') {
+    showError(
+      `New token for “${a.name}”: agent tokens are handed out only to a caller with an API token; set FFLEET_API_TOKENS on the control plane and enter one of them here`,
+    );
+    return;
+  }
   if (!confirm(agentTokenQuestion(a))) return;
   busy.add(id);
   renderAgents();
@@ -523,12 +535,20 @@ async function copyAgentToken() {
   }
 }
 
+/** The agent whose New token opened the dialog: its button gets the focus back when it closes. */
+let tokenOpener = '';
+
 function clearAgentToken() {
   ui.tokenValue.value = '';
   ui.tokenTitle.textContent = 'New token';
   ui.tokenCommand.textContent = '';
   ui.tokenNotes.replaceChildren();
   ui.tokenCopied.textContent = '';
+  // The focus would otherwise go back to the top of the page (the button may have been redrawn).
+  const row = tokenOpener ? agentRows.get(tokenOpener) : undefined;
+  tokenOpener = '';
+  const back = row ? [...row.querySelectorAll('button')].find((b) => b.textContent === 'New token') : null;
+  if (back && !back.disabled) back.focus();
 }
 
 function closeAgentToken() {
@@ -617,6 +637,7 @@ let stallTimer = 0;
 
 function stopEvents() {
   clearTimeout(reconnectTimer);
+  reconnectTimer = 0;
   clearTimeout(stallTimer);
   const s = stream;
   stream = null;
@@ -670,9 +691,11 @@ function onMessage(m) {
       ready = {};
     }
     // Not resumed (a first connection, or missed events the server no longer has): reload the list.
+    // A restarted control plane cannot resume: its log level is its start-up one again.
     if (ready?.resumed !== true) {
       loadTasks();
       presetsChanged();
+      loadLogLevel();
     }
     return;
   }
