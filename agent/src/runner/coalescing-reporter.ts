@@ -66,15 +66,13 @@ export function coalescingReporter(
     while (unsentChars > DEFER_MAX_LOG_CHARS) {
       const first = unsent[0]!;
       const excess = unsentChars - DEFER_MAX_LOG_CHARS;
-      // The oldest entry goes whole, or loses its oldest lines (from the first line start past the excess;
-      // within a line longer than what is kept, its end).
-      const cut = excess >= first.text.length ? -1 : first.text.indexOf('\n', excess - 1);
-      const keep =
-        excess >= first.text.length
-          ? ''
-          : cut === -1 || cut + 1 >= first.text.length
-            ? first.text.slice(excess)
-            : first.text.slice(cut + 1);
+      // The oldest entry goes whole, or keeps from the first line start past the excess (a line longer
+      // than what is kept keeps its end).
+      let keep = '';
+      if (excess < first.text.length) {
+        const nl = first.text.indexOf('\n', excess - 1);
+        keep = first.text.slice(nl === -1 || nl + 1 >= first.text.length ? excess : nl + 1);
+      }
       const dropped = first.text.length - keep.length;
       droppedChars += dropped;
       unsentChars -= dropped;

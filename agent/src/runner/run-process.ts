@@ -15,7 +15,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { StringDecoder } from 'node:string_decoder';
-import { processStartTime } from '@ffleet/shared';
+import { processRunsSince } from '@ffleet/shared';
 import { findMarkedProcesses, RUN_MARK_VAR, STEP_MARK_VAR } from '../orphans.ts';
 import { LineSplitter } from './line-splitter.ts';
 import { punchHole, spawnNative } from './native-spawn.ts';
@@ -289,8 +289,8 @@ export function runProcess(options: RunProcessOptions): Promise<RunProcessResult
       if (leader === undefined || !runMark || !stepId) return;
       for (const p of findMarkedProcesses(runMark, stepId)) {
         if (p.pgrp === leader) continue; // In the group: killGroup reaches it.
-        // The same process still (not a new one that got its pid since the scan).
-        if (processStartTime(p.pid) !== p.start) continue;
+        // The same process still (not a new one that got its pid since the scan, nor one already dead).
+        if (!processRunsSince(p.pid, p.start)) continue;
         try {
           process.kill(p.pid, sig);
         } catch {
