@@ -7,10 +7,10 @@ import { idempotencyOf, withReplay } from './tasks.ts';
 
 export const batchesApi = new Hono<ApiEnv>()
   .post('/', async (c) => {
-    const { data, raw } = await parseJsonBody(c, BatchCreate, { nullIsAbsent: true });
-    const idem = idempotencyOf(c, 'POST /batches', raw);
+    const body = await parseJsonBody(c, BatchCreate, { nullIsAbsent: true });
+    const idem = idempotencyOf(c, 'POST /batches', body);
     return withReplay(c, async () => {
-      const batch = await createBatch(c.var.ctx, data, idem);
+      const batch = await createBatch(c.var.ctx, body.data, idem);
       return created(c, `/api/v1/batches/${batch.id}`, batch);
     });
   })

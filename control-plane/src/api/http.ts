@@ -85,7 +85,11 @@ export function zodIssues(error: z.ZodError): { path: string; message: string }[
   return out;
 }
 
-export type ParsedBody<T> = { data: T; raw: string };
+/**
+ * `raw` is the body as sent; `canonical` is the body as read (read-only fields and FFmate's `null`s
+ * left out, keys sorted, no whitespace), so two bodies that mean the same request compare equal.
+ */
+export type ParsedBody<T> = { data: T; raw: string; canonical: string };
 
 export type BodyOptions = {
   /** Response-only fields a client may send back on PUT (they are ignored). */
@@ -151,7 +155,17 @@ export async function parseJsonBody<T>(
   if (nullIsAbsent) json = withoutNullOptionals(schema, json);
   const r = schema.safeParse(json);
   if (!r.success) throw new ValidationError('the request body is invalid', zodIssues(r.error));
-  return { data: r.data, raw };
+  return { data: r.data, raw, canonical: canonicalJson(json) };
+}
+
+/** JSON with every object's keys sorted, so key order and whitespace do not change the text. */
+export function canonicalJson(value: unknown): string {
+  return JSON.stringify(value, (_key, v: unknown) => {
+    if (v === null || typeof v !== 'object' || Array.isArray(v)) return v;
+    const sorted: Record<string, unknown> = Object.create(null);
+    for (const k of Object.keys(v).sort()) sorted[k] = (v as Record<string, unknown>)[k];
+    return sorted;
+  });
 }
 
 /** 400 when a query parameter (name or value) holds text the database cannot take. */

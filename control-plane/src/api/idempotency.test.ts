@@ -36,6 +36,30 @@ describe('Idempotency-Key on POST /tasks and POST /batches', () => {
     expect(await countRows(t.db)).toEqual(before);
   });
 
+  it('replays a retry that differs only in key order, whitespace or an FFmate null', async () => {
+    const body = { ...VALID.task(), name: 'idem-same-meaning', priority: 3 };
+    const first = await json(await post('/api/v1/tasks', body, 'key-task-meaning'), 201);
+    const before = await countRows(t.db);
+    const reordered = Object.fromEntries(Object.entries(body).reverse());
+    const retries = [
+      JSON.stringify(reordered),
+      JSON.stringify(body, null, 2),
+      JSON.stringify({ ...body, preProcessing: null, postProcessing: null, webhooks: null }),
+    ];
+    for (const text of retries) {
+      const res = await post('/api/v1/tasks', text, 'key-task-meaning');
+      expect([text, res.status, res.headers.get('idempotent-replayed')]).toEqual([text, 201, 'true']);
+      expect(await json(res, 201)).toEqual(first);
+    }
+    expect(await countRows(t.db)).toEqual(before);
+    // A value that changes the request is still another body, metadata's own nulls included.
+    await expectProblem(
+      await post('/api/v1/tasks', { ...body, metadata: { a: null } }, 'key-task-meaning'),
+      409,
+      'IDEMPOTENCY_KEY_REUSED',
+    );
+  });
+
   it('does not burn a key on a failed request: the corrected body succeeds with the same key', async () => {
     const before = await countRows(t.db);
     await expectProblem(await post('/api/v1/tasks', { preset: UNKNOWN_ID }, 'key-task-3'), 422);

@@ -439,6 +439,8 @@ export function buildOpenApi(version: string) {
         name: 'Idempotency-Key',
         in: 'header',
         required: false,
+        description:
+          'Within 24 h the same key with the same body answers the first response again (Idempotent-Replayed: true); another body is a 409 IDEMPOTENCY_KEY_REUSED. Bodies are compared as read: key order, whitespace and a null read as a field left out do not count.',
         schema: { type: 'string', maxLength: 255 },
       });
     }

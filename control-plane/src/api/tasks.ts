@@ -1,7 +1,7 @@
 import { TaskCreate, TaskListQuery } from '@ffleet/shared';
 import type { Context } from 'hono';
 import { Hono } from 'hono';
-import { ReplayResponse } from '../services/idempotency.ts';
+import { type IdempotencyRequest, ReplayResponse } from '../services/idempotency.ts';
 import {
   cancelTask,
   createTask,
@@ -13,15 +13,30 @@ import {
 } from '../services/tasks.ts';
 import type { ApiEnv } from './app-env.ts';
 import { BadRequestError } from './errors.ts';
-import { created, listResponse, parseJsonBody, parsePage, parseQuery, sha256 } from './http.ts';
+import {
+  created,
+  listResponse,
+  type ParsedBody,
+  parseJsonBody,
+  parsePage,
+  parseQuery,
+  sha256,
+} from './http.ts';
 
-/** `Idempotency-Key` → the request's identity for replay (route + key + body hash). */
-export function idempotencyOf(c: Context, route: string, raw: string) {
+/**
+ * `Idempotency-Key` → the request's identity for replay (route + key + body hash). The hash is of the
+ * body as read, so a retry that differs only in key order, whitespace or an FFmate `null` replays.
+ */
+export function idempotencyOf(
+  c: Context,
+  route: string,
+  body: Pick<ParsedBody<unknown>, 'raw' | 'canonical'>,
+): IdempotencyRequest | undefined {
   const key = c.req.header('idempotency-key');
   if (key === undefined) return undefined;
   if (key.length < 1 || key.length > 255)
     throw new BadRequestError('INVALID_IDEMPOTENCY_KEY', 'Idempotency-Key must be 1 to 255 characters');
-  return { route, key, bodyHash: sha256(raw) };
+  return { route, key, bodyHash: sha256(body.canonical), rawBodyHash: sha256(body.raw) };
 }
 
 /** Run a create; an idempotent replay answers with the first response. */
@@ -38,10 +53,10 @@ export async function withReplay(c: Context, run: () => Promise<Response>): Prom
 
 export const tasksApi = new Hono<ApiEnv>()
   .post('/', async (c) => {
-    const { data, raw } = await parseJsonBody(c, TaskCreate, { nullIsAbsent: true });
-    const idem = idempotencyOf(c, 'POST /tasks', raw);
+    const body = await parseJsonBody(c, TaskCreate, { nullIsAbsent: true });
+    const idem = idempotencyOf(c, 'POST /tasks', body);
     return withReplay(c, async () => {
-      const task = await createTask(c.var.ctx, data, idem);
+      const task = await createTask(c.var.ctx, body.data, idem);
       return created(c, `/api/v1/tasks/${task.id}`, task);
     });
   })

@@ -3,7 +3,11 @@ import { ConflictError } from '../api/errors.ts';
 import type { Db } from '../db/client.ts';
 import { idempotencyKeys } from '../db/schema.ts';
 
-export type IdempotencyRequest = { route: string; key: string; bodyHash: string };
+/**
+ * `bodyHash` is of the body as read (http.ts `canonical`); `rawBodyHash`, of the body as sent, still
+ * matches a key stored before bodies were compared as read (within its retention after an upgrade).
+ */
+export type IdempotencyRequest = { route: string; key: string; bodyHash: string; rawBodyHash?: string };
 export type StoredResponse = { status: number; body: unknown; location: string | null };
 
 /** Thrown inside the transaction to roll it back and answer with the first response instead. */
@@ -35,7 +39,7 @@ export async function claimIdempotencyKey(tx: Db, req: IdempotencyRequest, now: 
     .select()
     .from(idempotencyKeys)
     .where(and(eq(idempotencyKeys.route, req.route), eq(idempotencyKeys.key, req.key)));
-  if (!row || row.bodyHash !== req.bodyHash) {
+  if (!row || (row.bodyHash !== req.bodyHash && row.bodyHash !== req.rawBodyHash)) {
     throw new ConflictError(
       'IDEMPOTENCY_KEY_REUSED',
       'this Idempotency-Key was already used with a different body',

@@ -9,8 +9,8 @@ export const PresetCreate = z.strictObject({
   command: z.string().min(1).max(MAX_TEXT),
   outputFile: z.string().max(MAX_TEXT).optional(),
   priority: Priority.optional(),
-  preProcessing: PreProcessingInput.nullable().optional(),
-  postProcessing: PostProcessingInput.nullable().optional(),
+  preProcessing: PreProcessingInput.optional(),
+  postProcessing: PostProcessingInput.optional(),
   webhooks: z.array(DirectWebhook).max(50).optional(),
   requires: z.array(Label).max(50).optional(),
 });
