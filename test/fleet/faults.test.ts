@@ -246,6 +246,44 @@ describe('agent faults', () => {
     }
   }, 120_000);
 
+  it('takes the late success of a run cut off past its lease while the task still waits: not run twice', async () => {
+    const relay = await holdRelay(c.mqttUrl);
+    try {
+      const agent = await c.startLocalAgent({ name: 'late-success', slots: 1, env: { MQTT_URL: relay.url } });
+      const target = out('late-success.mp4');
+      const task = await c.api.createTask({
+        command: `-re -y -i \${INPUT_FILE} -t 2 -c:v mpeg4 -q:v 10 \${OUTPUT_FILE}`,
+        inputFile: clip4,
+        outputFile: target,
+        requires: [`agent:${agent.name}`],
+      });
+      const running = await c.api.waitForTask(task.id, isEncoding, 30_000);
+      // A partition: the control plane stops hearing the agent, gives the lease up and queues the task
+      // again (no other agent may take it); the agent finishes the run meanwhile, its result unheard.
+      relay.holdUp();
+      await c.api.waitForTask(task.id, (t) => t.status === 'QUEUED', 15_000);
+      await waitFor(() => processesMatching(target).length === 0, 15_000, 'the cut-off run finished');
+      await sleep(300);
+      relay.releaseUp();
+      const done = await c.api.waitForTask(task.id, (t) => t.status.startsWith('DONE_'), 15_000);
+      expect(done).toMatchObject({
+        status: 'DONE_SUCCESSFUL',
+        attempt: 1,
+        agent: { name: agent.name },
+        startedAt: running.startedAt,
+        outputFile: { resolved: target },
+        error: '',
+      });
+      expect(await probeDurationSeconds(target)).toBeCloseTo(2, 0);
+      // Its output is the task's, and the agent, free again, ran nothing more.
+      expect(await c.api.taskLogs(task.id)).toContain('video:');
+      await sleep(500);
+      expect(await c.api.getTask(task.id)).toMatchObject({ status: 'DONE_SUCCESSFUL', attempt: 1 });
+    } finally {
+      await relay.close();
+    }
+  }, 120_000);
+
   it('refuses the second of two agent processes sharing one name; the first keeps its name and its task', async () => {
     const first = await c.startAgent({ name: 'twin', slots: 1 });
     const target = out('twin.mp4');

@@ -37,6 +37,22 @@ export type StoredStep = {
   error: string;
 };
 
+/**
+ * What a requeue clears of the attempt it gives up (agent, start, resolved paths, steps), kept so that
+ * the attempt's late success can still finish the task while no other attempt has started
+ * (reports.ts adoptLateSuccess).
+ */
+export type LostRun = {
+  agentId: string | null;
+  agentName: string | null;
+  startedAt: number;
+  commandResolved: string;
+  inputResolved: string;
+  outputResolved: string;
+  preProcessing: StoredStep | null;
+  postProcessing: StoredStep | null;
+};
+
 export const tasks = pgTable(
   'tasks',
   {
@@ -82,6 +98,8 @@ export const tasks = pgTable(
     lostLeaseToken: text('lost_lease_token'),
     lostAttempt: integer('lost_attempt').notNull().default(0),
     lostReportSeq: integer('lost_report_seq').notNull().default(-1),
+    /** The requeued lost attempt's run (null when the last loss did not requeue). */
+    lostRun: jsonb('lost_run').$type<LostRun | null>(),
     /** Set when a running task was asked to stop; the agent finishes the cancel. */
     cancelRequested: boolean('cancel_requested').notNull().default(false),
     /** Watchfolder idempotency key: (watchfolder, relative path, size, mtime). */

@@ -124,7 +124,12 @@ export async function requeueLostTask(
   const counts = opts.countsAttempt ?? true;
   const who = t.agentName ?? t.agentId ?? 'unknown';
   // The lost attempt's late reports may still bring its output (applyClassified).
-  const lost = { lostLeaseToken: t.leaseToken, lostAttempt: t.attempt, lostReportSeq: t.reportSeq };
+  const lost = {
+    lostLeaseToken: t.leaseToken,
+    lostAttempt: t.attempt,
+    lostReportSeq: t.reportSeq,
+    lostRun: null,
+  };
   if (t.cancelRequested) {
     await saveTaskChange(
       tx,
@@ -160,6 +165,17 @@ export async function requeueLostTask(
       ...(counts ? {} : { maxAttempts: t.maxAttempts + 1 }),
       leaseToken: null,
       ...lost,
+      // ... and its late success may still finish the task while it waits here (adoptLateSuccess).
+      lostRun: {
+        agentId: t.agentId,
+        agentName: t.agentName,
+        startedAt: t.startedAt,
+        commandResolved: t.commandResolved,
+        inputResolved: t.inputResolved,
+        outputResolved: t.outputResolved,
+        preProcessing: t.preProcessing,
+        postProcessing: t.postProcessing,
+      },
       leaseExpiresAt: 0,
       agentId: null,
       agentName: null,

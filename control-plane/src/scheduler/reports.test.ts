@@ -4,24 +4,27 @@ import { claimAsNewAgent, eventRows, json, type ReportFields, VALID } from '../.
 import { useTestApp } from '../../../test/helpers/app.ts';
 import { sweepExpiredLeases } from './leases.ts';
 
+type App = ReturnType<typeof useTestApp>;
+
+/** A new task claimed by a new agent, and a way to send its reports. */
+async function claimedTaskIn(t: App) {
+  const task = await json(await t.call('POST', '/api/v1/tasks', VALID.task()), 201);
+  const { claims, report } = await claimAsNewAgent(t, 1);
+  const claim = claims[0];
+  expect(claim?.task.id).toBe(task.id);
+  const send = (r: ReportFields) => report(claim!, r);
+  const logs = () =>
+    t.db.rows<{ step: string; text: string; attempt: number }>(
+      t.db.db,
+      sql`SELECT step, text, attempt FROM task_logs WHERE task_id = ${task.id} ORDER BY id`,
+    );
+  const status = async () => (await json(await t.call('GET', `/api/v1/tasks/${task.id}`))).status as string;
+  return { send, logs, status, taskId: task.id as string };
+}
+
 describe('reports that carry logs', () => {
   const t = useTestApp();
-
-  /** A new task claimed by a new agent, and a way to send its reports. */
-  async function claimedTask() {
-    const task = await json(await t.call('POST', '/api/v1/tasks', VALID.task()), 201);
-    const { claims, report } = await claimAsNewAgent(t, 1);
-    const claim = claims[0];
-    expect(claim?.task.id).toBe(task.id);
-    const send = (r: ReportFields) => report(claim!, r);
-    const logs = () =>
-      t.db.rows<{ step: string; text: string; attempt: number }>(
-        t.db.db,
-        sql`SELECT step, text, attempt FROM task_logs WHERE task_id = ${task.id} ORDER BY id`,
-      );
-    const status = async () => (await json(await t.call('GET', `/api/v1/tasks/${task.id}`))).status as string;
-    return { send, logs, status, taskId: task.id as string };
-  }
+  const claimedTask = () => claimedTaskIn(t);
 
   it('stores the lines an update carries, in order after earlier log reports', async () => {
     const { send, logs, status } = await claimedTask();
@@ -261,5 +264,104 @@ describe('hand-backs and the attempt limit', () => {
     const third = await claimAndHandBack(lost.id, undefined);
     expect(third).toMatchObject({ status: 'DONE_ERROR', attempt: 3 });
     expect(third.error).toMatch(/handed back by agent .* on attempt 3 of 3; giving up/);
+  });
+});
+
+describe('a late success of an attempt lost with its agent', () => {
+  const t = useTestApp({ receiveAllEvents: true });
+  const claimedTask = () => claimedTaskIn(t);
+  const resolved = {
+    command: { raw: `-i \${INPUT_FILE} \${OUTPUT_FILE}`, resolved: '-i /media/in/clip.mov /media/out/x.mp4' },
+    inputFile: { raw: '/media/in/clip.mov', resolved: '/media/in/clip.mov' },
+    outputFile: { raw: `/media/out/\${INPUT_FILE_BASENAME}.mp4`, resolved: '/media/out/x.mp4' },
+  };
+  const success = (seq: number): ReportFields => ({
+    kind: 'update',
+    seq,
+    patch: { status: 'DONE_SUCCESSFUL', progress: 100, remaining: 0, finishedAt: Date.now() },
+    logs: [{ step: 'transcoder', text: 'video:1kB\n' }],
+  });
+  const task = async (id: string) => json(await t.call('GET', `/api/v1/tasks/${id}`));
+
+  /** A claimed task that ran, then lost its agent: back in the queue. */
+  async function lostRun() {
+    const c = await claimedTask();
+    await c.send({ kind: 'update', seq: 0, patch: { status: 'RUNNING', ...resolved } });
+    const running = await task(c.taskId);
+    await sweepExpiredLeases(t.ctx, { onlyIds: [c.taskId], reason: 'lease expired' });
+    expect(await c.status()).toBe('QUEUED');
+    return { ...c, running };
+  }
+
+  it('finishes the task when it is still queued: the run is not done twice', async () => {
+    const { send, logs, taskId, running } = await lostRun();
+    try {
+      const queued = await task(taskId);
+      expect(queued).toMatchObject({ agent: null, startedAt: 0, outputFile: { resolved: '' } });
+      expect(await send(success(1))).toMatchObject({
+        kind: 'applied',
+        status: 'DONE_SUCCESSFUL',
+        finished: true,
+      });
+      const done = await task(taskId);
+      expect(done).toMatchObject({
+        status: 'DONE_SUCCESSFUL',
+        progress: 100,
+        error: '',
+        attempt: 1,
+        agent: running.agent,
+        startedAt: running.startedAt,
+        command: resolved.command,
+        inputFile: resolved.inputFile,
+        outputFile: resolved.outputFile,
+      });
+      expect(done.finishedAt).toBeGreaterThanOrEqual(running.startedAt);
+      expect(await logs()).toEqual([{ step: 'transcoder', text: 'video:1kB\n', attempt: 1 }]);
+      const updates = (await eventRows(t.db, 'task.updated')).filter((e) => e.payload.data.taskId === taskId);
+      // (the report's event carries the claim's clock, earlier than the sweep's: compared as a list)
+      const statuses = updates.map((e) => e.payload.data.status);
+      expect(statuses.filter((x) => x === 'DONE_SUCCESSFUL')).toHaveLength(1);
+      expect(statuses).toContain('QUEUED');
+      // The outbox replaying it once more changes nothing.
+      expect(await send(success(1))).toEqual({ kind: 'duplicate' });
+      expect(await logs()).toHaveLength(1);
+    } finally {
+      await t.call('PATCH', `/api/v1/tasks/${taskId}/cancel`);
+    }
+  });
+
+  it('changes nothing once another attempt runs, after a restart, or when the run failed', async () => {
+    const a = await lostRun();
+    const other = await claimAsNewAgent(t, 1);
+    expect(other.claims[0]?.task.id).toBe(a.taskId);
+    try {
+      expect(await a.send(success(1))).toMatchObject({ kind: 'stale' });
+      expect(await task(a.taskId)).toMatchObject({ status: 'RUNNING', attempt: 2 });
+    } finally {
+      await t.call('PATCH', `/api/v1/tasks/${a.taskId}/cancel`);
+    }
+
+    const b = await lostRun();
+    await t.call('PATCH', `/api/v1/tasks/${b.taskId}/cancel`);
+    await json(await t.call('PATCH', `/api/v1/tasks/${b.taskId}/restart`));
+    try {
+      expect(await b.send(success(1))).toMatchObject({ kind: 'stale' });
+      expect(await b.status()).toBe('QUEUED');
+    } finally {
+      await t.call('PATCH', `/api/v1/tasks/${b.taskId}/cancel`);
+    }
+
+    const c = await lostRun();
+    try {
+      const failed: ReportFields = {
+        kind: 'update',
+        seq: 1,
+        patch: { status: 'DONE_ERROR', error: 'transcoder exited with code 1', finishedAt: Date.now() },
+      } as const;
+      expect(await c.send(failed)).toMatchObject({ kind: 'stale' });
+      expect(await c.status()).toBe('QUEUED');
+    } finally {
+      await t.call('PATCH', `/api/v1/tasks/${c.taskId}/cancel`);
+    }
   });
 });

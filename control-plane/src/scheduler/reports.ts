@@ -302,6 +302,52 @@ async function applyFenced(
   };
 }
 
+/**
+ * A lost attempt's late `DONE_SUCCESSFUL` (its agent finished the run while cut off past its lease and
+ * kept the result in its outbox) finishes the task when the task is still waiting in the queue: its
+ * output is complete, and running it again would only redo the work. The requeue kept what it cleared
+ * of that run (`lostRun`), which comes back with the report's own fields; the attempt number stays the
+ * lost one's. Once another attempt has started (or the task was canceled or given up) the late result
+ * changes nothing, as before. Null when the report is not such a success.
+ */
+async function adoptLateSuccess(c: ReportCall, row: TaskRow): Promise<ReportOutcome | null> {
+  const { tx, ev, now, agentId, report } = c;
+  const run = row.lostRun;
+  if (report.kind !== 'update' || report.patch.status !== 'DONE_SUCCESSFUL') return null;
+  if (row.status !== 'QUEUED' || row.attempt !== report.attempt || !run || run.agentId !== agentId)
+    return null;
+  const finishedAt = Math.max(run.startedAt, Math.min(report.patch.finishedAt ?? now, now));
+  await saveTaskChange(
+    tx,
+    ev,
+    report.taskId,
+    {
+      agentId: run.agentId,
+      agentName: run.agentName,
+      startedAt: run.startedAt,
+      commandResolved: run.commandResolved,
+      inputResolved: run.inputResolved,
+      outputResolved: run.outputResolved,
+      preProcessing: run.preProcessing,
+      postProcessing: run.postProcessing,
+      ...columnsOf(report.patch),
+      status: 'DONE_SUCCESSFUL',
+      progress: 100,
+      remaining: 0,
+      error: '',
+      finishedAt,
+      leaseToken: null,
+      leaseExpiresAt: 0,
+      cancelRequested: false,
+      reportSeq: report.seq,
+      lostReportSeq: report.seq,
+      lostRun: null,
+    },
+    { now },
+  );
+  return { kind: 'applied', status: 'DONE_SUCCESSFUL', finished: true, cancelRequested: false };
+}
+
 /** The slow path: read the row (locked) and say why the fenced update did not apply, or apply it. */
 async function applyClassified(c: ReportCall): Promise<ReportOutcome> {
   const { tx, ev, now, agentId, report } = c;
@@ -310,8 +356,11 @@ async function applyClassified(c: ReportCall): Promise<ReportOutcome> {
   if (fenced) {
     if (fenced.kind === 'stale' && row && fromLostAttempt(row, report)) {
       // The attempt lost with its agent reports after all (a box refused by the broker until its lease
-      // ran out, a partition healed): the report changes nothing, but its output is the attempt's.
+      // ran out, a partition healed): its output is the attempt's, and its success, while no other
+      // attempt has started, finishes the task; anything else changes nothing.
       await storeLogs(tx, report, logsOf(report), now);
+      const adopted = await adoptLateSuccess(c, row);
+      if (adopted) return adopted;
       await tx.update(tasks).set({ lostReportSeq: report.seq }).where(eq(tasks.id, report.taskId));
     }
     return fenced;

@@ -135,6 +135,7 @@ export function storedTaskRow(row: TaskInsert): TaskRow {
     lostLeaseToken: row.lostLeaseToken ?? null,
     lostAttempt: row.lostAttempt ?? 0,
     lostReportSeq: row.lostReportSeq ?? -1,
+    lostRun: asJsonb(row.lostRun ?? null),
     cancelRequested: row.cancelRequested ?? false,
     watchKey: row.watchKey ?? null,
     watchfolderId: row.watchfolderId ?? null,

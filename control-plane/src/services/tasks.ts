@@ -519,8 +519,10 @@ export async function restartTask(ctx: ServiceContext, id: string): Promise<Task
         leaseExpiresAt: 0,
         reportSeq: -1,
         cancelRequested: false,
-        // A restart is a fresh run: the attempt budget for lost agents starts again.
+        // A restart is a fresh run: the attempt budget for lost agents starts again, and a lost
+        // attempt's late success no longer finishes it.
         maxAttempts: r.attempt + 3,
+        lostRun: null,
       },
       { now },
     );
