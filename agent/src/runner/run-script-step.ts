@@ -1,11 +1,17 @@
-import { readFile } from 'node:fs/promises';
+import { readFile, stat } from 'node:fs/promises';
 import type { ProcessingStep, Task, TaskPatch } from '@ffleet/shared';
 import { formatCommandLine, resolveWildcards, tokenize, type WildcardContext } from '@ffleet/shared';
 import { protectedDirOf, protectedPathError } from './protected-paths.ts';
 import type { RunLogs } from './run-logs.ts';
 import { runProcess } from './run-process.ts';
 import { allowScript } from './script-allow-list.ts';
-import { buildPostSidecar, buildPreSidecar, validateReimport, writeSidecar } from './sidecar.ts';
+import {
+  buildPostSidecar,
+  buildPreSidecar,
+  MAX_SIDECAR_BYTES,
+  validateReimport,
+  writeSidecar,
+} from './sidecar.ts';
 import { type StepOutcome, toStepOutcome } from './step-outcome.ts';
 import type { TaskState } from './task-state.ts';
 
@@ -116,6 +122,13 @@ export async function runScriptStep(input: ScriptStepInput): Promise<StepOutcome
   if (phase === 'pre' && step.importSidecar && written) {
     let text: string;
     try {
+      // Not read whole when it cannot be valid: a script's runaway output must not fill the agent's memory.
+      const { size } = await stat(sidecarFile);
+      if (size > MAX_SIDECAR_BYTES)
+        return finish({
+          kind: 'failed',
+          error: `${label}: sidecar re-import failed: ${sidecarFile} is ${size} bytes; a re-imported sidecar may have at most ${MAX_SIDECAR_BYTES}`,
+        });
       text = await readFile(sidecarFile, 'utf8');
     } catch (err) {
       return finish({

@@ -99,6 +99,11 @@ describe('runTask: sidecar re-import', () => {
       'j.metadata=[]',
       'sidecar re-import failed at "metadata": must be a JSON object',
     ],
+    [
+      'metadata grown past 1 MiB',
+      `j.metadata.frames='x'.repeat(2*1024*1024)`,
+      'sidecar re-import failed at "metadata": is 2097190 bytes as JSON; a script may make it at most 1048576 bytes',
+    ],
   ])('fails the task on %s without running the transcoder', async (label, edit, message) => {
     const script = editingScript(`edit-${label.replaceAll(' ', '-')}`, edit);
     const post = fx.script('post-never.sh', `touch ${fx.dir}/post-ran`);
@@ -124,6 +129,16 @@ describe('runTask: sidecar re-import', () => {
     const removed = await fx.run({ preProcessing: preStep(remover) });
     expect(removed.result.status).toBe('DONE_ERROR');
     expect(removed.result.error).toMatch(/^pre-processing: cannot read sidecar .*ENOENT/);
+  });
+
+  it('fails the task on a sidecar larger than any report could carry, without reading it whole', async () => {
+    const huge = fx.script('huge.sh', 'head -c 17000000 /dev/zero | tr "\\0" " " >> "$SIDECAR_FILE"');
+    const { result, reporter } = await fx.run({ preProcessing: preStep(huge) });
+    expect(result.status).toBe('DONE_ERROR');
+    expect(result.error).toMatch(
+      /^pre-processing: sidecar re-import failed: .*\.json is 170\d{5} bytes; a re-imported sidecar may have at most 16777216$/,
+    );
+    expect(reporter.statuses()).toEqual(['PRE_PROCESSING', 'DONE_ERROR']);
   });
 
   it('fails a step that asks for a re-import without a sidecar path', async () => {

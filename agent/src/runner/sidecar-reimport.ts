@@ -1,8 +1,10 @@
+import { basename } from 'node:path';
 import { isDeepStrictEqual } from 'node:util';
 import {
   type DirectWebhook,
   escapeUnstorable,
   findUnsafeJson,
+  MAX_TEXT,
   Priority,
   type Task,
   TaskDirectWebhook,
@@ -24,6 +26,15 @@ const EDITABLE_VALUES = new Set(['name', 'priority', 'command.raw', 'inputFile.r
 
 /** Longest task name accepted, as at creation. */
 const MAX_NAME = 1000;
+/**
+ * Most bytes of JSON a script may make `metadata` (more only if it was that large already): the API's
+ * default body limit. Every report of the task carries what the script wrote, and the broker takes at
+ * most 16 MiB per message: a report over that can never be delivered.
+ */
+export const MAX_REIMPORTED_METADATA_BYTES = 1024 * 1024;
+/** Most bytes a re-imported sidecar file may have (the largest message the broker takes). */
+export const MAX_SIDECAR_BYTES = 16 * 1024 * 1024;
+const EDITABLE_TEXTS = new Set(['command.raw', 'inputFile.raw', 'outputFile.raw']);
 /** Most direct webhooks a task may carry, as at creation. */
 const MAX_WEBHOOKS = 50;
 
@@ -67,6 +78,12 @@ function compareValue(expected: unknown, actual: unknown, path: readonly string[
   const where = path.join('.');
   if (where === 'metadata') {
     checkSchema(Metadata, actual, path, 'must be a JSON object');
+    const bytes = jsonBytes(actual);
+    if (bytes > Math.max(MAX_REIMPORTED_METADATA_BYTES, jsonBytes(expected)))
+      fail(
+        path,
+        `is ${bytes} bytes as JSON; a script may make it at most ${MAX_REIMPORTED_METADATA_BYTES} bytes`,
+      );
     return;
   }
   if (where === 'webhooks') {
@@ -98,11 +115,16 @@ function compareValue(expected: unknown, actual: unknown, path: readonly string[
   else if (!Object.is(expected, actual)) fail(path, 'read-only value was changed');
 }
 
+/** The limits the API sets at creation (the type is already checked). */
 function checkEditable(where: string, value: unknown, path: readonly string[]): void {
   if (where === 'priority') checkSchema(Priority, value, path, 'must be an integer from -1000 to 1000');
   if (where === 'name' && (value as string).length > MAX_NAME)
     fail(path, `longer than ${MAX_NAME} characters`);
+  if (EDITABLE_TEXTS.has(where) && (value as string).length > MAX_TEXT)
+    fail(path, `longer than ${MAX_TEXT} characters`);
 }
+
+const jsonBytes = (value: unknown): number => Buffer.byteLength(JSON.stringify(value) ?? '');
 
 function checkSchema(schema: z.ZodType, value: unknown, path: readonly string[], message: string): void {
   const result = schema.safeParse(value);
@@ -129,7 +151,9 @@ function failure(path: string, reason: string): string {
 
 function collectChanges(written: Task, read: Task): SidecarChanges {
   const changes: SidecarChanges = {};
-  if (read.name !== written.name) changes.name = read.name;
+  // A blank name is no name, as at creation: the input's file name, else "task".
+  const name = read.name.trim() === '' ? defaultName(read.inputFile.raw) : read.name;
+  if (name !== written.name) changes.name = name;
   if (read.priority !== written.priority) changes.priority = read.priority;
   if (!isDeepStrictEqual(read.metadata, written.metadata)) changes.metadata = read.metadata;
   if (!isDeepStrictEqual(read.webhooks, written.webhooks))
@@ -139,3 +163,5 @@ function collectChanges(written: Task, read: Task): SidecarChanges {
   }
   return changes;
 }
+
+const defaultName = (inputFile: string): string => basename(inputFile) || 'task';

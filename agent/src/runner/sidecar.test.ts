@@ -2,10 +2,11 @@
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { Task } from '@ffleet/shared';
+import { MAX_TEXT, Task } from '@ffleet/shared';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { makeStep, makeTask } from './fixtures/sample-task.ts';
 import { buildPostSidecar, buildPreSidecar, validateReimport, writeSidecar } from './sidecar.ts';
+import { MAX_REIMPORTED_METADATA_BYTES } from './sidecar-reimport.ts';
 
 function preSidecar(): Task {
   const step = makeStep('/opt/pre.sh', '/tmp/side.json', true);
@@ -121,6 +122,59 @@ describe('validateReimport', () => {
         inputFile: { raw: '/media/other.mov', resolved: '' },
         outputFile: { raw: '/media/other.mkv', resolved: '' },
       },
+    });
+  });
+
+  it('holds the raw texts, the name and metadata to what the API takes at creation', () => {
+    const fails = (edit: (j: EditableJson) => void) => {
+      const r = validateReimport(written, edited(written, edit));
+      return r.ok ? 'accepted' : r.error;
+    };
+    for (const field of ['command', 'inputFile', 'outputFile'])
+      expect(fails((j) => (j[field].raw = 'x'.repeat(MAX_TEXT + 1)))).toBe(
+        `sidecar re-import failed at "${field}.raw": longer than ${MAX_TEXT} characters`,
+      );
+    expect(fails((j) => (j.command.raw = `-i \${INPUT_FILE} ${'x'.repeat(MAX_TEXT - 40)}`))).toBe('accepted');
+    // Analysis results, but not a whole frame dump: every report of the task carries them.
+    const blob = 'x'.repeat(MAX_REIMPORTED_METADATA_BYTES);
+    expect(fails((j) => (j.metadata = { blob }))).toBe(
+      `sidecar re-import failed at "metadata": is ${MAX_REIMPORTED_METADATA_BYTES + 11} bytes as JSON; a script may make it at most ${MAX_REIMPORTED_METADATA_BYTES} bytes`,
+    );
+    expect(fails((j) => (j.metadata = { blob: blob.slice(20) }))).toBe('accepted');
+    // Metadata that came this large through the API may stay as large.
+    const large = preSidecar();
+    large.metadata = { blob: `${blob}yy` };
+    expect(
+      validateReimport(
+        large,
+        edited(large, (j) => (j.metadata.blob = `${blob}zz`)),
+      ).ok,
+    ).toBe(true);
+    expect(
+      validateReimport(
+        large,
+        edited(large, (j) => (j.metadata.blob = `${blob}zzz`)),
+      ).ok,
+    ).toBe(false);
+  });
+
+  it('reads a blank name as no name, as at creation: the input file name', () => {
+    expect(
+      validateReimport(
+        written,
+        edited(written, (j) => (j.name = '  ')),
+      ),
+    ).toEqual({
+      ok: true,
+      changes: { name: 'in.mp4' },
+    });
+    const noInput = edited(written, (j) => {
+      j.name = '';
+      j.inputFile.raw = '';
+    });
+    expect(validateReimport(written, noInput)).toEqual({
+      ok: true,
+      changes: { name: 'task', inputFile: { raw: '', resolved: '' } },
     });
   });
 

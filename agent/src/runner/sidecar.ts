@@ -3,7 +3,12 @@ import { rename, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { makeDirectory, type Task } from '@ffleet/shared';
 
-export { type ReimportResult, type SidecarChanges, validateReimport } from './sidecar-reimport.ts';
+export {
+  MAX_SIDECAR_BYTES,
+  type ReimportResult,
+  type SidecarChanges,
+  validateReimport,
+} from './sidecar-reimport.ts';
 
 /**
  * The pre-processing sidecar (spec): the task snapshot with status `PRE_PROCESSING`, the command,

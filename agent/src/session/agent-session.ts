@@ -8,6 +8,7 @@ import {
   type AgentRequest,
   agentTopic,
   InboxMessage,
+  MQTT_MAX_PAYLOAD_BYTES,
   parseMessage,
   RESYNC_TOPIC,
   type RunningTask,
@@ -18,6 +19,7 @@ import { connect, type ErrorWithReasonCode, ErrorWithSubackPacket, type MqttClie
 import type { Logger } from 'pino';
 import type { Outbox, PutResult } from '../outbox/outbox.ts';
 import { OutboxPublisher } from './outbox-publisher.ts';
+import { slimOversizedReport } from './oversized-report.ts';
 import { type BackoffOptions, computeBackoffMs, DEFAULT_BACKOFF } from './reconnect-backoff.ts';
 import { type AwaitResult, RequestWaiters } from './request-waiters.ts';
 import { urlForLogs } from './url-for-logs.ts';
@@ -158,7 +160,17 @@ export class AgentSession extends EventEmitter<SessionEvents> {
 
   /** Store a task report in the outbox and publish it; `ok: false` means it is not on disk (sent best-effort). */
   publishReport(report: TaskReport): Promise<PutResult> {
-    return this.sender.send(reportKey(report), this.topic('events'), JSON.stringify(report));
+    let payload = JSON.stringify(report);
+    const slim = slimOversizedReport(report, payload);
+    if (slim) {
+      const { taskId, attempt, seq } = report;
+      this.logger.error(
+        { taskId, attempt, seq, bytes: Buffer.byteLength(payload), limit: MQTT_MAX_PAYLOAD_BYTES },
+        'a task report is larger than the broker takes: sending it without its output and large fields',
+      );
+      payload = JSON.stringify(slim);
+    }
+    return this.sender.send(reportKey(report), this.topic('events'), payload);
   }
 
   /**

@@ -1,6 +1,7 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { MQTT_MAX_PAYLOAD_BYTES } from '@ffleet/shared';
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { Outbox } from '../outbox/outbox.ts';
@@ -39,6 +40,17 @@ describe('OutboxPublisher', () => {
     expect(outbox.has('claim-1')).toBe(false);
     publisher.sendTransient('claim-2', 'agents/a/requests', '{}');
     expect(sent.at(-1)).toBe('claim-2');
+  });
+
+  it('drops a stored entry no broker takes instead of resending it at every reconnect', async () => {
+    // An older agent stored it (reports are slimmed before they are stored now).
+    const over = 'x'.repeat(MQTT_MAX_PAYLOAD_BYTES + 1);
+    await outbox.put('task:1:1', 'agents/a/events', over);
+    await outbox.put('task:1:2', 'agents/a/events', '{}');
+    expect(publisher.goOnline()).toBe(1);
+    expect(sent).toEqual(['task:1:2']);
+    await vi.waitFor(() => expect(outbox.has('task:1:1')).toBe(false));
+    expect(outbox.list().map((e) => e.key)).toEqual(['task:1:2']);
   });
 
   it('an entry acknowledged before its write landed does not stay in the outbox', async () => {

@@ -1,3 +1,4 @@
+import { MQTT_MAX_PAYLOAD_BYTES } from '@ffleet/shared';
 import type { Logger } from 'pino';
 import type { Outbox, PutResult } from '../outbox/outbox.ts';
 
@@ -162,6 +163,16 @@ export class OutboxPublisher {
     let n = 0;
     for (const e of this.outbox.list()) {
       if (!include(e.key)) continue;
+      if (Buffer.byteLength(e.payload) > MQTT_MAX_PAYLOAD_BYTES) {
+        // Stored by an older agent: no broker takes it, and resending it would cut this agent off at
+        // every reconnect. Reports are slimmed before they are stored now (oversized-report.ts).
+        this.logger.error(
+          { key: e.key, topic: e.topic, bytes: Buffer.byteLength(e.payload), limit: MQTT_MAX_PAYLOAD_BYTES },
+          'dropping an outbox entry larger than the broker takes',
+        );
+        this.acknowledge(e.key);
+        continue;
+      }
       this.emit(e.key, e.topic, e.payload);
       n++;
     }
