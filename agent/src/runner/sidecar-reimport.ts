@@ -28,8 +28,8 @@ const EDITABLE_VALUES = new Set(['name', 'priority', 'command.raw', 'inputFile.r
 const MAX_NAME = 1000;
 /**
  * Most bytes of JSON a script may make `metadata` (more only if it was that large already): the API's
- * default body limit. Every report of the task carries what the script wrote, and the broker takes at
- * most 16 MiB per message: a report over that can never be delivered.
+ * default body limit. The report of the change carries it (the broker takes at most 16 MiB per
+ * message), and so does every event of the task after it (webhooks, the event stream).
  */
 export const MAX_REIMPORTED_METADATA_BYTES = 1024 * 1024;
 /** Most bytes a re-imported sidecar file may have (the largest message the broker takes). */
