@@ -63,6 +63,26 @@ describe('parseAgentConfig', () => {
     expect(run).not.toThrow(/short|pw@/);
   });
 
+  it('refuses a broker URL the MQTT client would misread: no host, a bad port', () => {
+    const problem = (url: string) => () => parseAgentConfig({ FFLEET_AGENT_TOKEN: 'x', MQTT_URL: url });
+    // mqtt.js reads these as the broker on localhost, or fails only once running.
+    expect(problem('mqtt://enc:pw@')).toThrow(
+      /^invalid configuration: MQTT_URL: must be a URL like mqtt:\/\/broker.local:1883 \(it does not parse/,
+    );
+    expect(problem('mqtt://enc:pw@')).not.toThrow(/pw/);
+    expect(problem('mqtt://:18921')).toThrow('MQTT_URL: must be a URL like');
+    expect(problem('mqtt://127.0.0.1:99999')).toThrow('MQTT_URL: must be a URL like');
+    expect(problem('mqtt://127.0.0.1:0')).toThrow('MQTT_URL: port must be 1 to 65535');
+    expect(problem('mqtt:broker')).toThrow('MQTT_URL: names no host');
+    for (const ok of [
+      'mqtt://broker.local',
+      'mqtts://u:p@b:8883',
+      'ws://[::1]:8080/mqtt',
+      'tcp://10.0.0.2:1883',
+    ])
+      expect(parseAgentConfig({ FFLEET_AGENT_TOKEN: 'x', MQTT_URL: ok }).mqttUrl).toBe(ok);
+  });
+
   it('takes a token of any length (a short one is warned about at start)', () => {
     expect(parseAgentConfig({ FFLEET_AGENT_TOKEN: 's3' }).token).toBe('s3');
   });

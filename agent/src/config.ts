@@ -3,6 +3,7 @@ import { hostname } from 'node:os';
 import { delimiter, isAbsolute, join, resolve } from 'node:path';
 import {
   AGENT_ID_RE,
+  BrokerUrl,
   duplicateLabel,
   envError,
   envNumber,
@@ -25,10 +26,7 @@ export class AgentConfigError extends Error {
 
 const EnvSchema = z.object({
   /** The broker the agent connects to. */
-  MQTT_URL: z
-    .string()
-    .regex(/^(mqtts?|tcp|ssl|wss?):\/\//, 'must be an mqtt://, mqtts://, tcp://, ws:// or wss:// URL')
-    .default('mqtt://127.0.0.1:1883'),
+  MQTT_URL: BrokerUrl.default('mqtt://127.0.0.1:1883'),
   /** The token agents present to join; falls back to the one kept in FFLEET_DATA_DIR. */
   FFLEET_AGENT_TOKEN: z.string().optional(),
   /** Agent identity (MQTT client id and topic level). */

@@ -19,6 +19,7 @@ import { checkQueryText } from './http.ts';
 import type { Metrics } from './metrics.ts';
 import { buildOpenApi } from './openapi.ts';
 import { presetsApi } from './presets.ts';
+import { isPublicPath } from './public-paths.ts';
 import { logLevelApi } from './system-log-level.ts';
 import { tasksApi } from './tasks.ts';
 import { watchfoldersApi } from './watchfolders.ts';
@@ -84,21 +85,6 @@ function problem(c: Context, err: HttpError, headers: Record<string, string> = {
 }
 
 /** Build the HTTP app. Never binds a port. */
-/**
- * Served without a token: the health check, the API reference (its page, its locally served assets,
- * the OpenAPI document) and the dashboard's page and files (/ui), which hold no data and no secret. A
- * browser cannot attach a bearer token when it opens a page, so with API tokens set these were
- * unreachable for the people they are for; the API requests they make (the reference's "try it", all
- * of the dashboard's) still need one.
- */
-export const isPublicPath = (path: string): boolean =>
-  path === '/health' ||
-  path === '/' ||
-  path === '/api/v1/openapi.json' ||
-  path === '/api/v1/docs' ||
-  path.startsWith('/api/v1/docs/') ||
-  path === '/ui' ||
-  path.startsWith('/ui/');
 
 /** Seconds a client is asked to wait before retrying a request the database could not serve. */
 const DATABASE_RETRY_AFTER_S = 5;

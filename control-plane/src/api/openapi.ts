@@ -1,5 +1,6 @@
 import * as S from '@ffleet/shared';
 import { z } from 'zod';
+import { isPublicPath } from './public-paths.ts';
 
 type Op = {
   method: 'get' | 'post' | 'put' | 'patch' | 'delete';
@@ -423,7 +424,10 @@ export function buildOpenApi(version: string) {
             : {}),
         }
       : { description: status === '204' ? 'No Content' : 'OK' };
-    const responses: Record<string, unknown> = { [status]: ok, '401': problem('missing or invalid token') };
+    const open = isPublicPath(op.path);
+    const responses: Record<string, unknown> = open
+      ? { [status]: ok }
+      : { [status]: ok, '401': problem('missing or invalid token') };
     if (op.body)
       Object.assign(responses, {
         '400': problem('malformed JSON'),
@@ -473,6 +477,8 @@ export function buildOpenApi(version: string) {
     paths[op.path]![op.method] = {
       summary: op.summary,
       tags: [op.tag],
+      // Served without a token (public-paths.ts): the document's global bearer requirement is lifted.
+      ...(open ? { security: [] } : {}),
       parameters: params,
       ...(op.body
         ? {

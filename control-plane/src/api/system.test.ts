@@ -110,6 +110,12 @@ describe('operational routes', () => {
         '503',
       ]);
     }
+    // What is served without a token says so: no bearer requirement, no 401.
+    expect(doc.security).toEqual([{ bearer: [] }]);
+    expect(doc.paths['/health'].get.security).toEqual([]);
+    expect(Object.keys(doc.paths['/health'].get.responses).sort()).toEqual(['200', '503']);
+    expect(doc.paths['/api/v1/tasks'].get.security).toBeUndefined();
+    expect(doc.paths['/api/v1/tasks'].get.responses['401']).toBeDefined();
   });
 
   it('documents the preset name filter, the delivery filter and the log level routes', async () => {

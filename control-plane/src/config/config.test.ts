@@ -38,6 +38,14 @@ describe('parseConfig', () => {
     expect(run).not.toThrow(/pw@|short/);
   });
 
+  it('refuses a broker URL without a host or with a bad port before opening anything', () => {
+    expect(() => parseConfig({ MQTT_URL: 'mqtt://u:pw@127.0.0.1:99999' })).toThrow(
+      /^invalid configuration: MQTT_URL: must be a URL like mqtt:\/\/broker.local:1883/,
+    );
+    expect(() => parseConfig({ MQTT_URL: 'mqtt://user:pw@' })).not.toThrow(/pw/);
+    expect(parseConfig({ MQTT_URL: 'mqtt://127.0.0.1:1883' }).mqttUrl).toBe('mqtt://127.0.0.1:1883');
+  });
+
   it('takes tokens of any length and names the variables holding short ones (warned about at start)', () => {
     const short = parseConfig({ FFLEET_API_TOKENS: 'tokA, tokB', FFLEET_AGENT_TOKEN: 'agent' });
     expect(short).toMatchObject({ apiTokens: ['tokA', 'tokB'], agentToken: 'agent' });

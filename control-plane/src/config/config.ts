@@ -1,6 +1,6 @@
 import { hostname } from 'node:os';
 import { isAbsolute, resolve } from 'node:path';
-import { envError, envNumber, LOG_LEVELS, SHORT_TOKEN_CHARS } from '@ffleet/shared';
+import { BrokerUrl, envError, envNumber, LOG_LEVELS, SHORT_TOKEN_CHARS } from '@ffleet/shared';
 import { z } from 'zod';
 import { type CorsPolicy, parseCorsOrigins } from '../api/cors.ts';
 
@@ -24,10 +24,7 @@ const EnvSchema = z.object({
   /** State of the embedded database, broker and agent outbox. */
   FFLEET_DATA_DIR: z.string().min(1).default('./data'),
   /** External broker; unset → embedded broker. */
-  MQTT_URL: z
-    .string()
-    .regex(/^(mqtts?|tcp|ssl|wss?):\/\//, 'must be an mqtt://, mqtts://, tcp://, ws:// or wss:// URL')
-    .optional(),
+  MQTT_URL: BrokerUrl.optional(),
   /** Embedded broker listen port. */
   MQTT_PORT: envNumber(port.default(1883)),
   /** Comma-separated API tokens; unset → loopback clients only. */

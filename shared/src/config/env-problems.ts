@@ -87,3 +87,30 @@ export function envNumber<T extends z.ZodType>(schema: T) {
     return DECIMAL.test(text) ? text : Number.NaN;
   }, schema);
 }
+
+const BROKER_SCHEMES = new Set(['mqtt:', 'mqtts:', 'tcp:', 'ssl:', 'ws:', 'wss:']);
+
+/**
+ * Why `text` is not a broker URL the MQTT client can use, or null. A malformed URL must not get past
+ * the configuration check: mqtt.js reads `mqtt://user:pw@` (no host) as localhost and connects to
+ * whatever broker listens there, and fails on a bad port only once the process is running. The
+ * message never repeats the value (it may hold a password).
+ */
+export function brokerUrlProblem(text: string): string | null {
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    return 'must be a URL like mqtt://broker.local:1883 (it does not parse: check the host and the port, 1 to 65535)';
+  }
+  if (!BROKER_SCHEMES.has(url.protocol)) return 'must be an mqtt://, mqtts://, tcp://, ws:// or wss:// URL';
+  if (url.hostname === '') return 'names no host (e.g. mqtt://broker.local:1883)';
+  if (url.port === '0') return 'port must be 1 to 65535';
+  return null;
+}
+
+/** An environment variable holding a broker URL (`MQTT_URL`). */
+export const BrokerUrl = z.string().superRefine((text, ctx) => {
+  const problem = brokerUrlProblem(text);
+  if (problem) ctx.addIssue({ code: 'custom', message: problem });
+});
