@@ -4,6 +4,7 @@ import type { WatchfolderAssignment } from '@ffleet/shared';
 import type { Logger } from 'pino';
 import { type ChangeWatcher, createChangeWatcher, type WatcherMode } from './change-watcher.ts';
 import { type CompiledFilter, compileFilter, isSameFilter } from './filter.ts';
+import { NO_YIELDS, shadowedError, type YieldPlan, yieldsFile } from './folder-overlap.ts';
 import { FolderState, sampleKey } from './folder-state.ts';
 import { type CheckSource, type FileSample, spacingToleranceMs } from './growth-tracker.ts';
 import { type LockWriter, writeLockFile } from './lock-file.ts';
@@ -28,6 +29,8 @@ export type WatchScannerOptions = {
   /** Length of one `interval` second; tests shrink it. Default 1000. */
   intervalUnitMs?: number;
   writeLock?: LockWriter;
+  /** What this folder leaves to the agent's other watchfolders (folder-overlap.ts); default nothing. */
+  yields?: YieldPlan;
 };
 
 /** An early check due this close before the next scan waits for the scan instead. */
@@ -46,6 +49,7 @@ const WATCH_LIMIT_CODES = new Set(['ENOSPC', 'EMFILE', 'ENFILE']);
 export class WatchScanner {
   private assignment: WatchfolderAssignment;
   private filter: CompiledFilter;
+  private yields: YieldPlan;
   private folder: FolderState;
   private phase: 'idle' | 'running' | 'stopped' = 'idle';
   /** Bumped by every (de)activation; queued work from an older epoch does nothing. */
@@ -66,6 +70,7 @@ export class WatchScanner {
   constructor(private readonly opts: WatchScannerOptions) {
     this.assignment = opts.assignment;
     this.filter = compileFilter(opts.assignment.filter);
+    this.yields = opts.yields ?? NO_YIELDS;
     this.folder = new FolderState(this.growthChecks(), this.intervalMs());
     this.log = opts.logger.child({ watchfolderId: opts.assignment.id });
     this.clock = opts.clock ?? Date.now;
@@ -252,6 +257,10 @@ export class WatchScanner {
     at: number,
     source: CheckSource,
   ): Promise<void> | undefined {
+    if (this.yields !== NO_YIELDS && yieldsFile(this.yields, rel)) {
+      folder.forget(rel);
+      return undefined;
+    }
     const key = sampleKey(sample);
     const failed = folder.lockFailed.get(rel);
     if (failed !== undefined) {
@@ -374,13 +383,25 @@ export class WatchScanner {
     this.scheduleEarlyCheck();
   }
 
+  /** The agent's set of watchfolders changed: what this one leaves to the others now. */
+  setYields(plan: YieldPlan): void {
+    const was = this.yields.shadowedBy;
+    this.yields = plan;
+    if (plan.shadowedBy !== was) this.report();
+  }
+
   private report(): void {
     if (this.phase !== 'running') return;
     try {
       this.opts.onState({
         watchfolderId: this.assignment.id,
         lastCheck: this.lastCheck,
-        error: this.folder.describeProblems(),
+        error: [
+          this.yields.shadowedBy === null ? '' : shadowedError(this.yields.shadowedBy),
+          this.folder.describeProblems(),
+        ]
+          .filter((e) => e !== '')
+          .join('; '),
       });
     } catch (err) {
       this.log.error({ err }, 'onState threw');

@@ -63,6 +63,44 @@ describe('WatchSupervisor', () => {
     expect(supervisor.list().sort()).toEqual(['A', 'B']);
   });
 
+  it('leaves a folder inside another watchfolder to that one, and a folder watched twice to the first', async () => {
+    const inner = join(dirA, 'special');
+    mkdirSync(join(inner, 'deeper'), { recursive: true });
+    writeFileSync(join(dirA, 'outer.mov'), 'x');
+    writeFileSync(join(inner, 'inner.mov'), 'x');
+    writeFileSync(join(inner, 'deeper', 'deep.mov'), 'x');
+    writeFileSync(join(dirA, 'special-not-inside.mov'), 'x');
+    const wfC = assignmentFor('', { id: 'C' });
+    supervisor.apply([
+      { ...wfA, path: dirA, createdAt: 2 },
+      { ...wfB, path: `${inner}/`, createdAt: 3 },
+      // the same folder as B, created first: it takes B's files
+      { ...wfC, name: 'first on special', path: inner, createdAt: 1 },
+    ]);
+    await waitFor(() => submits.length === 4, 'four submits');
+    await sleep(3 * UNIT_MS);
+    expect(submits.map((f) => [f.watchfolderId, f.relativePath]).sort()).toEqual([
+      ['A', 'outer.mov'],
+      ['A', 'special-not-inside.mov'],
+      ['C', 'deeper/deep.mov'],
+      ['C', 'inner.mov'],
+    ]);
+    const lastOf = (id: string) => states.filter((st) => st.watchfolderId === id).at(-1);
+    expect(lastOf('B')?.error).toBe(
+      'another watchfolder on this agent ("first on special") watches this folder and takes its files; this one submits none',
+    );
+    expect(lastOf('A')?.error).toBe('');
+    // C unassigned (moved to another agent, say): B takes the folder's new files, and its error goes.
+    supervisor.apply([
+      { ...wfA, path: dirA, createdAt: 2 },
+      { ...wfB, path: inner, createdAt: 3 },
+    ]);
+    writeFileSync(join(inner, 'later.mov'), 'x');
+    await waitFor(() => submits.some((f) => f.relativePath === 'later.mov'), 'the later file');
+    expect(submits.filter((f) => f.relativePath === 'later.mov').map((f) => f.watchfolderId)).toEqual(['B']);
+    expect(lastOf('B')?.error).toBe('');
+  });
+
   it('keeps scanners running when the same list arrives again', async () => {
     supervisor.apply([{ ...wfA, path: dirA, interval: 3 }]);
     await waitFor(() => scansOf('A') === 1, 'the first scan');

@@ -1,5 +1,6 @@
 import type { WatchfolderAssignment } from '@ffleet/shared';
 import type { Logger } from 'pino';
+import { planYields } from './folder-overlap.ts';
 import { type SubmitFile, WatchScanner, type WatchScannerOptions, type WatchState } from './watch-scanner.ts';
 
 export type WatchSupervisorOptions = {
@@ -34,14 +35,17 @@ export class WatchSupervisor {
         this.opts.logger.info({ watchfolderId: id }, 'watchfolder unassigned');
       }
     }
+    const yields = planYields([...wanted.values()]);
     for (const [id, assignment] of wanted) {
       const existing = this.scanners.get(id);
       if (existing !== undefined) {
+        existing.setYields(yields.get(id)!);
         existing.update(assignment);
         continue;
       }
       const scanner = new WatchScanner({
         ...this.opts.scanner,
+        yields: yields.get(id)!,
         assignment,
         submit: this.opts.submit,
         onState: this.opts.onState,

@@ -40,11 +40,25 @@ export function planAssignments(
     // Every agent failed on this path: keep trying the least loaded one so the error stays visible.
     const pool = candidates.length ? candidates : online;
     let best: AgentRow | null = null;
-    for (const a of pool) if (!best || (load.get(a.id) ?? 0) < (load.get(best.id) ?? 0)) best = a;
+    // A folder that is, holds or lies inside another watchfolder's goes to that one's agent, which
+    // leaves each file to one of them (agent/src/watch/folder-overlap.ts); on two agents of one shared
+    // volume both would take it.
+    const near = folders.find((o) => o.id !== wf.id && plan.get(o.id) && pathsOverlap(o.path, wf.path));
+    if (near) best = candidates.find((a) => a.id === plan.get(near.id)) ?? null;
+    if (!best) for (const a of pool) if (!best || (load.get(a.id) ?? 0) < (load.get(best.id) ?? 0)) best = a;
     plan.set(wf.id, best?.id ?? null);
     if (best) load.set(best.id, (load.get(best.id) ?? 0) + 1);
   }
   return plan;
+}
+
+/** Whether one folder is or lies inside the other (stored paths are normalised: watchfolders.ts). */
+export function pathsOverlap(a: string, b: string): boolean {
+  const within = (child: string, parent: string) => {
+    const sep = parent.startsWith('/') ? '/' : '\\';
+    return child === parent || child.startsWith(parent.endsWith(sep) ? parent : parent + sep);
+  };
+  return within(a, b) || within(b, a);
 }
 
 export const toAssignment = (wf: WatchfolderRow): WatchfolderAssignment => ({
@@ -55,6 +69,7 @@ export const toAssignment = (wf: WatchfolderRow): WatchfolderAssignment => ({
   growthChecks: wf.growthChecks,
   filter: wf.filter,
   suspended: wf.suspended,
+  createdAt: wf.createdAt,
 });
 
 /**

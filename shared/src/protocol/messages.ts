@@ -142,6 +142,8 @@ export const WatchfolderAssignment = z.object({
   growthChecks: z.number().int(),
   filter: WatchfolderFilter,
   suspended: z.boolean(),
+  /** Of two watchfolders on one folder, the one created first takes its files (watch-supervisor.ts). */
+  createdAt: z.number().optional(),
 });
 export type WatchfolderAssignment = z.infer<typeof WatchfolderAssignment>;
 

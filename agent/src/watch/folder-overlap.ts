@@ -1,0 +1,52 @@
+import path from 'node:path';
+import type { WatchfolderAssignment } from '@ffleet/shared';
+
+/**
+ * What a watchfolder leaves to the other watchfolders this agent scans: a folder inside its own is the
+ * inner watchfolder's (a drop folder's `special/` subfolder with a preset of its own), and of two on
+ * one folder, the one created first takes the files (then the lower id). Without this, each would
+ * submit every file before either had written its `.lock`: one task per watchfolder per file.
+ */
+export type YieldPlan = {
+  /** Folders relative to this one's root (`/`-separated) whose files are another watchfolder's. */
+  nested: string[];
+  /** Set when another watchfolder watches this very folder and takes its files: its name. */
+  shadowedBy: string | null;
+};
+
+export const NO_YIELDS: YieldPlan = { nested: [], shadowedBy: null };
+
+const comesFirst = (a: WatchfolderAssignment, b: WatchfolderAssignment): boolean =>
+  (a.createdAt ?? 0) !== (b.createdAt ?? 0) ? (a.createdAt ?? 0) < (b.createdAt ?? 0) : a.id < b.id;
+
+/** The plan of every assignment, by id (most agents scan one folder: all of them NONE). */
+export function planYields(assignments: readonly WatchfolderAssignment[]): Map<string, YieldPlan> {
+  const plans = new Map<string, YieldPlan>();
+  for (const a of assignments) {
+    let plan = NO_YIELDS;
+    const root = path.resolve(a.path);
+    for (const b of assignments) {
+      if (b.id === a.id) continue;
+      const rel = path.relative(root, path.resolve(b.path));
+      if (rel === '') {
+        if (comesFirst(b, a) && plan.shadowedBy === null) plan = { ...plan, shadowedBy: b.name };
+        continue;
+      }
+      if (rel.startsWith('..') || path.isAbsolute(rel)) continue;
+      plan = { ...plan, nested: [...plan.nested, rel.split(path.sep).join('/')] };
+    }
+    plans.set(a.id, plan);
+  }
+  return plans;
+}
+
+/** Whether the file at `rel` (relative to the folder, `/`-separated) is another watchfolder's. */
+export function yieldsFile(plan: YieldPlan, rel: string): boolean {
+  if (plan.shadowedBy !== null) return true;
+  for (const dir of plan.nested) if (rel.startsWith(`${dir}/`)) return true;
+  return false;
+}
+
+/** The scan error a shadowed watchfolder shows. */
+export const shadowedError = (name: string): string =>
+  `another watchfolder on this agent (${JSON.stringify(name)}) watches this folder and takes its files; this one submits none`;

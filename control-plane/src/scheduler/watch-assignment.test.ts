@@ -1,0 +1,59 @@
+import { describe, expect, it } from 'vitest';
+import type { AgentRow, WatchfolderRow } from '../db/mappers.ts';
+import { pathsOverlap, planAssignments } from './watch-assignment.ts';
+
+const agent = (id: string) => ({ id, name: id }) as AgentRow;
+const folder = (id: string, path: string, more: Partial<WatchfolderRow> = {}) =>
+  ({ id, path, agent: null, assignedAgentId: null, ...more }) as WatchfolderRow;
+
+describe('planAssignments', () => {
+  it('puts a folder that is, holds or lies inside another watchfolder’s on that one’s agent', () => {
+    const plan = planAssignments(
+      [
+        folder('drop', '/srv/drop'),
+        folder('other', '/srv/other'),
+        folder('special', '/srv/drop/special'),
+        folder('again', '/srv/drop'),
+        folder('parent', '/srv'),
+      ],
+      [agent('a1'), agent('a2')],
+      new Map(),
+    );
+    expect(Object.fromEntries(plan)).toEqual({
+      drop: 'a1',
+      other: 'a2',
+      special: 'a1',
+      again: 'a1',
+      parent: 'a1',
+    });
+  });
+
+  it('keeps a pinned folder on its agent and balances the rest as before', () => {
+    const plan = planAssignments(
+      [folder('pinned', '/srv/drop', { agent: 'a2' }), folder('inner', '/srv/drop/x'), folder('z', '/z')],
+      [agent('a1'), agent('a2')],
+      new Map(),
+    );
+    expect(Object.fromEntries(plan)).toEqual({ pinned: 'a2', inner: 'a2', z: 'a1' });
+    // An agent that cannot read the path is not chosen for it, overlap or not.
+    const failed = new Map([['inner', new Set(['a2'])]]);
+    const again = planAssignments(
+      [folder('pinned', '/srv/drop', { agent: 'a2' }), folder('inner', '/srv/drop/x')],
+      [agent('a1'), agent('a2')],
+      failed,
+    );
+    expect(again.get('inner')).toBe('a1');
+  });
+});
+
+describe('pathsOverlap', () => {
+  it('compares whole path components, in both directions', () => {
+    expect(pathsOverlap('/srv/drop', '/srv/drop')).toBe(true);
+    expect(pathsOverlap('/srv/drop', '/srv/drop/a/b')).toBe(true);
+    expect(pathsOverlap('/srv/drop/a', '/srv/drop')).toBe(true);
+    expect(pathsOverlap('/srv/drop', '/srv/dropbox')).toBe(false);
+    expect(pathsOverlap('/', '/srv')).toBe(true);
+    expect(pathsOverlap('C:\\media', 'C:\\media\\in')).toBe(true);
+    expect(pathsOverlap('C:\\media', 'C:\\mediax')).toBe(false);
+  });
+});
