@@ -28,10 +28,11 @@ export function slimOversizedReport(report: TaskReport, json: string): TaskRepor
   for (const key of STATE_KEYS)
     if (report.patch[key] !== undefined) Object.assign(patch, { [key]: report.patch[key] });
   if (report.patch.error !== undefined) patch.error = report.patch.error.slice(0, MAX_ERROR_CHARS);
-  const dropped = Object.keys(report.patch).filter((k) => !(k in patch) || k === 'error');
   const what = [
     ...(report.logs?.length ? ['its output'] : []),
-    ...dropped.filter((k) => k !== 'error').map((k) => `its ${k}`),
+    ...Object.keys(report.patch)
+      .filter((k) => !(k in patch))
+      .map((k) => `its ${k}`),
   ];
   return {
     ...base,
