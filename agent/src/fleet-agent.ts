@@ -573,7 +573,11 @@ export class FleetAgent {
     this.#claimTimer.unref();
     // Through the session's ordered publisher: a claim made as a run ends leaves after that run's final
     // report, so the control plane (which handles an agent's messages in order) already sees the slot free.
-    void this.#session.request({ type: 'claim', requestId, max: free }, { durable: false }).then((r) => {
+    // The runs it still holds: back from a freeze, a claim can leave before a finished run's result,
+    // and that run's task (given up meanwhile) must not come back as a new attempt (claim.ts).
+    const holding = this.#runs.size ? { holding: [...this.#runs.keys()] } : {};
+    const claim = { type: 'claim' as const, requestId, max: free, ...holding };
+    void this.#session.request(claim, { durable: false }).then((r) => {
       if (!r.ok) this.#settleClaim(requestId);
     });
   }

@@ -216,73 +216,101 @@ describe('agent faults', () => {
     await c.api.patch(`/api/v1/tasks/${later.id}/cancel`);
   }, 120_000);
 
-  it('starts the next attempt of a task it was still stopping the lost attempt of', async () => {
+  /**
+   * An agent reachable through a relay that can hold its traffic, running a `seconds`-long real-time
+   * encode of a task only it may take; `cutOff` makes the control plane stop hearing it until the
+   * task's lease is given up (the task is `QUEUED` again), while the agent and its transcoder run on.
+   */
+  async function agentBehindRelay(name: string, slots: number, seconds: number, input: string) {
     const relay = await holdRelay(c.mqttUrl);
-    try {
-      const agent = await c.startLocalAgent({ name: 'reclaim', slots: 2, env: { MQTT_URL: relay.url } });
-      const target = out('reclaim.mp4');
-      const task = await c.api.createTask({
-        command: `-re -y -i \${INPUT_FILE} -t 8 -c:v mpeg4 -q:v 10 \${OUTPUT_FILE}`,
-        inputFile: clip16,
-        outputFile: target,
-        requires: [`agent:${agent.name}`],
-      });
-      await c.api.waitForTask(task.id, isEncoding, 30_000);
-      // The control plane stops hearing the agent: the lease expires, the task is queued again, and
-      // the work hint makes the agent (one slot free) claim, unheard too.
+    const agent = await c.startLocalAgent({ name, slots, env: { MQTT_URL: relay.url } });
+    const target = out(`${name}.mp4`);
+    const task = await c.api.createTask({
+      command: `-re -y -i \${INPUT_FILE} -t ${seconds} -c:v mpeg4 -q:v 10 \${OUTPUT_FILE}`,
+      inputFile: input,
+      outputFile: target,
+      requires: [`agent:${agent.name}`],
+    });
+    await c.api.waitForTask(task.id, isEncoding, 30_000);
+    const cutOff = async () => {
       relay.holdUp();
       await c.api.waitForTask(task.id, (t) => t.status === 'QUEUED', 15_000);
+    };
+    const runFinished = () =>
+      waitFor(() => processesMatching(target).length === 0, 15_000, 'the run finished');
+    const finished = () => c.api.waitForTask(task.id, (t) => t.status.startsWith('DONE_'), 60_000);
+    return { relay, agent, target, task, cutOff, runFinished, finished };
+  }
+
+  it('stops the lost attempt it still runs before it is given the next attempt of that task', async () => {
+    const { relay, agent, target, task, cutOff, finished } = await agentBehindRelay('reclaim', 2, 8, clip16);
+    try {
+      // Unheard, the agent (one slot free) also claims on its own task's work hint.
+      await cutOff();
       await sleep(300);
-      // Heard again, its heartbeat (attempt 1: cancel it) and its claim (attempt 2 of the same task)
-      // are answered; the agent gets both answers in one read.
+      // Heard again, its heartbeat (attempt 1: stop it) and its claim are answered. The claim says the
+      // agent still runs that task, so it is not handed attempt 2 while attempt 1 still writes the output.
       relay.holdDown();
       relay.releaseUp();
-      await c.api.waitForTask(task.id, (t) => t.status === 'RUNNING' && t.attempt === 2, 15_000);
+      await sleep(1_000);
+      expect(await c.api.getTask(task.id)).toMatchObject({ status: 'QUEUED', attempt: 1 });
+      // It reads both answers in one go, stops attempt 1 and claims again: attempt 2 runs.
       relay.release();
-      const done = await c.api.waitForTask(task.id, (t) => t.status.startsWith('DONE_'), 60_000);
-      expect(done).toMatchObject({ status: 'DONE_SUCCESSFUL', attempt: 2, agent: { name: agent.name } });
+      await c.api.waitForTask(task.id, (t) => t.status === 'RUNNING' && t.attempt === 2, 15_000);
+      expect(await finished()).toMatchObject({
+        status: 'DONE_SUCCESSFUL',
+        attempt: 2,
+        agent: { name: agent.name },
+      });
+      expect(await probeDurationSeconds(target)).toBeCloseTo(8, 0);
     } finally {
       await relay.close();
     }
   }, 120_000);
 
-  it('takes the late success of a run cut off past its lease while the task still waits: not run twice', async () => {
-    const relay = await holdRelay(c.mqttUrl);
-    try {
-      const agent = await c.startLocalAgent({ name: 'late-success', slots: 1, env: { MQTT_URL: relay.url } });
-      const target = out('late-success.mp4');
-      const task = await c.api.createTask({
-        command: `-re -y -i \${INPUT_FILE} -t 2 -c:v mpeg4 -q:v 10 \${OUTPUT_FILE}`,
-        inputFile: clip4,
-        outputFile: target,
-        requires: [`agent:${agent.name}`],
-      });
-      const running = await c.api.waitForTask(task.id, isEncoding, 30_000);
-      // A partition: the control plane stops hearing the agent, gives the lease up and queues the task
-      // again (no other agent may take it); the agent finishes the run meanwhile, its result unheard.
-      relay.holdUp();
-      await c.api.waitForTask(task.id, (t) => t.status === 'QUEUED', 15_000);
-      await waitFor(() => processesMatching(target).length === 0, 15_000, 'the cut-off run finished');
-      await sleep(300);
-      relay.releaseUp();
-      const done = await c.api.waitForTask(task.id, (t) => t.status.startsWith('DONE_'), 15_000);
-      expect(done).toMatchObject({
-        status: 'DONE_SUCCESSFUL',
-        attempt: 1,
-        agent: { name: agent.name },
-        startedAt: running.startedAt,
-        outputFile: { resolved: target },
-        error: '',
-      });
-      expect(await probeDurationSeconds(target)).toBeCloseTo(2, 0);
-      // Its output is the task's, and the agent, free again, ran nothing more.
-      expect(await c.api.taskLogs(task.id)).toContain('video:');
-      await sleep(500);
-      expect(await c.api.getTask(task.id)).toMatchObject({ status: 'DONE_SUCCESSFUL', attempt: 1 });
-    } finally {
-      await relay.close();
-    }
-  }, 120_000);
+  it.each([
+    ['while the task still waits: not run twice', 1, 2],
+    // Two slots: the agent hears its own requeued task's work hint while it still runs it, and claims.
+    // That claim says which run it holds, so the task is not handed back to it as attempt 2 before the
+    // run's result arrives.
+    ['although its agent, a slot free, claimed meanwhile', 2, 4],
+  ])(
+    'takes the late success of a run cut off past its lease %s',
+    async (label, slots, seconds) => {
+      const name = `late-${slots}`;
+      const { relay, agent, target, task, cutOff, runFinished, finished } = await agentBehindRelay(
+        name,
+        slots,
+        seconds,
+        clip4,
+      );
+      try {
+        const running = await c.api.getTask(task.id);
+        // A partition: the task is given up and queued again (no other agent may take it); the agent
+        // finishes the run meanwhile, its result unheard.
+        await cutOff();
+        await runFinished();
+        await sleep(300);
+        relay.releaseUp();
+        expect(await finished(), label).toMatchObject({
+          status: 'DONE_SUCCESSFUL',
+          attempt: 1,
+          agent: { name: agent.name },
+          startedAt: running.startedAt,
+          outputFile: { resolved: target },
+          error: '',
+        });
+        expect(await probeDurationSeconds(target)).toBeCloseTo(seconds, 0);
+        // Its output is the task's, and the agent, free again, ran nothing more.
+        expect(await c.api.taskLogs(task.id)).toContain('video:');
+        await sleep(500);
+        expect(await c.api.getTask(task.id)).toMatchObject({ status: 'DONE_SUCCESSFUL', attempt: 1 });
+      } finally {
+        await relay.close();
+      }
+    },
+    120_000,
+  );
 
   it('refuses the second of two agent processes sharing one name; the first keeps its name and its task', async () => {
     const first = await c.startAgent({ name: 'twin', slots: 1 });

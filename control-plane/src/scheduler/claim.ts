@@ -6,7 +6,7 @@ import { type TaskRow, toTask } from '../db/mappers.ts';
 import { taskIsRunning, tasks } from '../db/schema.ts';
 import { ph, runCached } from '../db/statement-cache.ts';
 import { type EmittedEvents, webhooksExist } from '../events/outbox.ts';
-import { emitTaskUpdated } from '../services/tasks.ts';
+import { emitTaskUpdated, isUuid } from '../services/tasks.ts';
 
 /** Pre-processing is "defined" when it names a script or a sidecar (the runner's rule too). */
 const hasPreProcessing = sql`(coalesce(${tasks.preProcessing}->'scriptPath'->>'raw', '') <> ''
@@ -33,6 +33,8 @@ export type ClaimingAgent = {
    * in the same statement (no separate count round trip before every claim).
    */
   slots?: number;
+  /** Tasks the agent says it still runs (`claim.holding`): never handed to it again by this claim. */
+  holding?: readonly string[];
 };
 
 /**
@@ -83,10 +85,14 @@ export async function claimTasksIn(
   };
   const withSlots = agent.slots !== undefined;
   const check = ev.wantsWebhookCheck;
+  // Rare (an agent back from a freeze with runs it still finishes): its own statement shape, so the
+  // common claim stays as it is.
+  const holding = (agent.holding ?? []).filter(isUuid);
+  if (holding.length) values.holding = `{${holding.join(',')}}`;
   // One shape per slot limit or not, and webhook check or not: built once (statement-cache.ts).
   const claimed = await runCached<(TaskRow & { webhooksExist?: boolean })[]>(
     tx,
-    `claim:${withSlots}:${check}`,
+    `claim:${withSlots}:${check}:${holding.length > 0}`,
     () => {
       const limit = withSlots
         ? sql`GREATEST(0, LEAST(${ph('max')}::int, ${ph('slots')}::int - (SELECT count(*)::int FROM ${tasks} WHERE ${and(
@@ -100,7 +106,11 @@ export async function claimTasksIn(
         // Both the filter's wrapping and NULLS LAST keep the plan on tasks_claim_idx, walked in order and
         // stopped at the first free matching rows (see above).
         .where(
-          and(eq(tasks.status, 'QUEUED'), sql`coalesce(${tasks.requires} <@ ${ph('caps')}::text[], false)`),
+          and(
+            eq(tasks.status, 'QUEUED'),
+            sql`coalesce(${tasks.requires} <@ ${ph('caps')}::text[], false)`,
+            holding.length ? sql`NOT (${tasks.id} = ANY(${ph('holding')}::uuid[]))` : undefined,
+          ),
         )
         .orderBy(sql`${tasks.priority} DESC NULLS LAST`, asc(tasks.createdAt), asc(tasks.id))
         // drizzle renders an SQL limit as is (the type only admits numbers and placeholders).

@@ -522,7 +522,9 @@ export class Fleet implements FleetHooks {
     if (!agent) return;
     switch (req.type) {
       case 'claim': {
-        const claiming = this.#claiming(agent);
+        const claiming = req.holding?.length
+          ? { ...this.#claiming(agent), holding: req.holding }
+          : this.#claiming(agent);
         const claim = () =>
           this.#group.run(
             async (tx, ev, scope) => {

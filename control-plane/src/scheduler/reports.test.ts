@@ -2,6 +2,8 @@ import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { claimAsNewAgent, eventRows, json, type ReportFields, VALID } from '../../../test/api/support.ts';
 import { useTestApp } from '../../../test/helpers/app.ts';
+import { claimTasksIn } from './claim.ts';
+import { GroupCommit } from './group-commit.ts';
 import { sweepExpiredLeases } from './leases.ts';
 
 type App = ReturnType<typeof useTestApp>;
@@ -9,7 +11,7 @@ type App = ReturnType<typeof useTestApp>;
 /** A new task claimed by a new agent, and a way to send its reports. */
 async function claimedTaskIn(t: App) {
   const task = await json(await t.call('POST', '/api/v1/tasks', VALID.task()), 201);
-  const { claims, report } = await claimAsNewAgent(t, 1);
+  const { agent, claims, report } = await claimAsNewAgent(t, 1);
   const claim = claims[0];
   expect(claim?.task.id).toBe(task.id);
   const send = (r: ReportFields) => report(claim!, r);
@@ -19,7 +21,7 @@ async function claimedTaskIn(t: App) {
       sql`SELECT step, text, attempt FROM task_logs WHERE task_id = ${task.id} ORDER BY id`,
     );
   const status = async () => (await json(await t.call('GET', `/api/v1/tasks/${task.id}`))).status as string;
-  return { send, logs, status, taskId: task.id as string };
+  return { send, logs, status, taskId: task.id as string, agent };
 }
 
 describe('reports that carry logs', () => {
@@ -327,6 +329,30 @@ describe('a late success of an attempt lost with its agent', () => {
       expect(await logs()).toHaveLength(1);
     } finally {
       await t.call('PATCH', `/api/v1/tasks/${taskId}/cancel`);
+    }
+  });
+
+  it('is not overtaken by its agent claiming again while the agent still holds the run', async () => {
+    const claimAgain = (agent: { id: string; name: string }, holding?: string[]) =>
+      new GroupCommit(t.ctx).run((tx, ev) =>
+        claimTasksIn(tx, ev, Date.now(), { ...agent, capabilities: [], holding }, 1, 60_000),
+      );
+    // Back from a freeze with a free slot, the agent claims before its runner reports the finished run:
+    // the run it holds is not handed to it again, so its result still finds the task waiting.
+    const a = await lostRun();
+    try {
+      expect(await claimAgain(a.agent, [a.taskId, 'not-a-uuid'])).toEqual([]);
+      expect(await a.send(success(1))).toMatchObject({ kind: 'applied', status: 'DONE_SUCCESSFUL' });
+    } finally {
+      await t.call('PATCH', `/api/v1/tasks/${a.taskId}/cancel`);
+    }
+    // Without the list it would have been attempt 2, and the result refused.
+    const b = await lostRun();
+    try {
+      expect((await claimAgain(b.agent)).map((c) => [c.task.id, c.attempt])).toEqual([[b.taskId, 2]]);
+      expect(await b.send(success(1))).toMatchObject({ kind: 'stale' });
+    } finally {
+      await t.call('PATCH', `/api/v1/tasks/${b.taskId}/cancel`);
     }
   });
 

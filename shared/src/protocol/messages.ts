@@ -47,7 +47,17 @@ export type AgentHeartbeat = z.infer<typeof AgentHeartbeat>;
 
 /** `.../requests` (agent → cp). */
 export const AgentRequest = z.discriminatedUnion('type', [
-  z.object({ type: z.literal('claim'), requestId: z.string(), max: z.number().int().min(1).max(64) }),
+  z.object({
+    type: z.literal('claim'),
+    requestId: z.string(),
+    max: z.number().int().min(1).max(64),
+    /**
+     * Tasks this agent is still running (or finishing): none of them is handed to it again, even if
+     * the control plane gave its attempt up meanwhile (the agent was frozen or cut off). Else the
+     * claim could overtake the attempt's late result, which then finds a new attempt and is refused.
+     */
+    holding: z.array(z.string()).max(256).optional(),
+  }),
   z.object({
     type: z.literal('watch.file'),
     requestId: z.string(),
