@@ -73,7 +73,10 @@ describe('parseAgentConfig', () => {
     expect(problem('mqtt://:18921')).toThrow('MQTT_URL: must be a URL like');
     expect(problem('mqtt://127.0.0.1:99999')).toThrow('MQTT_URL: must be a URL like');
     expect(problem('mqtt://127.0.0.1:0')).toThrow('MQTT_URL: port must be 1 to 65535');
-    expect(problem('mqtt:broker')).toThrow('MQTT_URL: names no host');
+    expect(problem('mqtt:broker')).toThrow(
+      'MQTT_URL: must be a URL like mqtt://broker.local:1883 (a scheme, then //',
+    );
+    expect(problem('ws:127.0.0.1:18931')).toThrow('MQTT_URL: must be a URL like');
     for (const ok of [
       'mqtt://broker.local',
       'mqtts://u:p@b:8883',

@@ -1,4 +1,5 @@
-import { readFile, stat } from 'node:fs/promises';
+import { constants } from 'node:fs';
+import { type FileHandle, open } from 'node:fs/promises';
 import type { ProcessingStep, Task, TaskPatch } from '@ffleet/shared';
 import { formatCommandLine, resolveWildcards, tokenize, type WildcardContext } from '@ffleet/shared';
 import { protectedDirOf, protectedPathError } from './protected-paths.ts';
@@ -120,22 +121,9 @@ export async function runScriptStep(input: ScriptStepInput): Promise<StepOutcome
   }
 
   if (phase === 'pre' && step.importSidecar && written) {
-    let text: string;
-    try {
-      // Not read whole when it cannot be valid: a script's runaway output must not fill the agent's memory.
-      const { size } = await stat(sidecarFile);
-      if (size > MAX_SIDECAR_BYTES)
-        return finish({
-          kind: 'failed',
-          error: `${label}: sidecar re-import failed: ${sidecarFile} is ${size} bytes; a re-imported sidecar may have at most ${MAX_SIDECAR_BYTES}`,
-        });
-      text = await readFile(sidecarFile, 'utf8');
-    } catch (err) {
-      return finish({
-        kind: 'failed',
-        error: `${label}: cannot read sidecar ${sidecarFile}: ${(err as Error).message}`,
-      });
-    }
+    const read = await readSidecar(sidecarFile);
+    if (!read.ok) return finish({ kind: 'failed', error: `${label}: ${read.error}` });
+    const text = read.text;
     const reimport = validateReimport(written, text);
     if (!reimport.ok) return finish({ kind: 'failed', error: `${label}: ${reimport.error}` });
     const changed = Object.keys(reimport.changes);
@@ -157,4 +145,48 @@ function scriptEnvironment(input: ScriptStepInput, sidecarFile: string): NodeJS.
     TRANSCODER: input.transcoderPath,
     ATTEMPT: String(input.attempt),
   };
+}
+
+/**
+ * The re-imported sidecar's text: a regular file of at most MAX_SIDECAR_BYTES. A script's runaway
+ * output must not fill the agent's memory, and what the script left there may be anything: a link to
+ * `/dev/zero` (its size says 0, its reads never end) or a FIFO (opened without waiting for a writer).
+ */
+async function readSidecar(file: string): Promise<{ ok: true; text: string } | { ok: false; error: string }> {
+  let handle: FileHandle;
+  try {
+    handle = await open(file, constants.O_RDONLY | constants.O_NONBLOCK);
+  } catch (err) {
+    return { ok: false, error: `cannot read sidecar ${file}: ${(err as Error).message}` };
+  }
+  try {
+    const info = await handle.stat();
+    if (!info.isFile())
+      return { ok: false, error: `sidecar re-import failed: ${file} is not a regular file` };
+    if (info.size > MAX_SIDECAR_BYTES)
+      return {
+        ok: false,
+        error: `sidecar re-import failed: ${file} is ${info.size} bytes; a re-imported sidecar may have at most ${MAX_SIDECAR_BYTES}`,
+      };
+    // Read at most one chunk past the limit: the file may still be growing.
+    const chunks: Buffer[] = [];
+    let length = 0;
+    for (;;) {
+      const chunk = Buffer.allocUnsafe(Math.max(64 * 1024, info.size - length + 1));
+      const { bytesRead } = await handle.read(chunk, 0, chunk.length, length);
+      if (bytesRead === 0) break;
+      chunks.push(chunk.subarray(0, bytesRead));
+      length += bytesRead;
+      if (length > MAX_SIDECAR_BYTES)
+        return {
+          ok: false,
+          error: `sidecar re-import failed: ${file} grew past ${MAX_SIDECAR_BYTES} bytes while it was read`,
+        };
+    }
+    return { ok: true, text: Buffer.concat(chunks, length).toString('utf8') };
+  } catch (err) {
+    return { ok: false, error: `cannot read sidecar ${file}: ${(err as Error).message}` };
+  } finally {
+    await handle.close();
+  }
 }

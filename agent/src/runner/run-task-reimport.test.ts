@@ -141,6 +141,18 @@ describe('runTask: sidecar re-import', () => {
     expect(reporter.statuses()).toEqual(['PRE_PROCESSING', 'DONE_ERROR']);
   });
 
+  it.each([
+    ['a link to /dev/zero (size 0, endless)', 'ln -s /dev/zero "$SIDECAR_FILE"'],
+    ['a FIFO (no writer ever comes)', 'mkfifo "$SIDECAR_FILE"'],
+  ])('fails the task on a sidecar replaced by %s, without reading it', async (label, make) => {
+    const script = fx.script(`special-${label.split(' ')[2]}.sh`, `rm -f "$SIDECAR_FILE" && ${make}`);
+    const { result } = await fx.run({ preProcessing: preStep(script) });
+    expect(result.status).toBe('DONE_ERROR');
+    expect(result.error).toMatch(
+      /^pre-processing: sidecar re-import failed: .*\.json is not a regular file$/,
+    );
+  });
+
   it('fails a step that asks for a re-import without a sidecar path', async () => {
     const script = fx.script('no-sidecar.sh', 'exit 0');
     const { result } = await fx.run({ preProcessing: makeStep(script, '', true) });

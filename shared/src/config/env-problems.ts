@@ -97,6 +97,9 @@ const BROKER_SCHEMES = new Set(['mqtt:', 'mqtts:', 'tcp:', 'ssl:', 'ws:', 'wss:'
  * message never repeats the value (it may hold a password).
  */
 export function brokerUrlProblem(text: string): string | null {
+  // `ws:host:port` parses (as `ws://localhost:80host:port` to mqtt.js): the slashes are required.
+  if (!/^[a-z][a-z0-9+.-]*:\/\//i.test(text))
+    return 'must be a URL like mqtt://broker.local:1883 (a scheme, then //, then the host)';
   let url: URL;
   try {
     url = new URL(text);
