@@ -3,8 +3,9 @@ import type { WatchfolderAssignment } from '@ffleet/shared';
 
 /**
  * What a watchfolder leaves to the other watchfolders this agent scans: a folder inside its own is the
- * inner watchfolder's (a drop folder's `special/` subfolder with a preset of its own), and of two on
- * one folder, the one created first takes the files (then the lower id). Without this, each would
+ * inner watchfolder's (a drop folder's `special/` subfolder with a preset of its own; suspended, it
+ * holds its files back), and of two on one folder, the one created first takes the files (then the
+ * lower id) unless it is suspended and the other is not. Without this, each would
  * submit every file before either had written its `.lock`: one task per watchfolder per file.
  */
 export type YieldPlan = {
@@ -29,7 +30,9 @@ export function planYields(assignments: readonly WatchfolderAssignment[]): Map<s
       if (b.id === a.id) continue;
       const rel = path.relative(root, path.resolve(b.path));
       if (rel === '') {
-        if (comesFirst(b, a) && plan.shadowedBy === null) plan = { ...plan, shadowedBy: b.name };
+        // A suspended one takes nothing: the other, active, takes the folder's files meanwhile.
+        if (!b.suspended && (a.suspended || comesFirst(b, a)) && plan.shadowedBy === null)
+          plan = { ...plan, shadowedBy: b.name };
         continue;
       }
       if (rel.startsWith('..') || path.isAbsolute(rel)) continue;

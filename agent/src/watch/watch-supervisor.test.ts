@@ -101,6 +101,23 @@ describe('WatchSupervisor', () => {
     expect(lastOf('B')?.error).toBe('');
   });
 
+  it('gives a folder watched twice to the other watchfolder while the first one is suspended', async () => {
+    writeFileSync(join(dirA, 'one.mov'), 'x');
+    const first = { ...wfA, path: dirA, createdAt: 1 };
+    const second = { ...wfB, name: 'second', path: dirA, createdAt: 2 };
+    supervisor.apply([first, second]);
+    await waitFor(() => submits.length === 1, 'the first submit');
+    supervisor.apply([{ ...first, suspended: true }, second]);
+    writeFileSync(join(dirA, 'two.mov'), 'x');
+    await waitFor(() => submits.length === 2, 'the second submit');
+    await sleep(3 * UNIT_MS);
+    expect(submits.map((f) => [f.watchfolderId, f.relativePath])).toEqual([
+      ['A', 'one.mov'],
+      ['B', 'two.mov'],
+    ]);
+    expect(states.filter((st) => st.watchfolderId === 'B').at(-1)?.error).toBe('');
+  });
+
   it('keeps scanners running when the same list arrives again', async () => {
     supervisor.apply([{ ...wfA, path: dirA, interval: 3 }]);
     await waitFor(() => scansOf('A') === 1, 'the first scan');

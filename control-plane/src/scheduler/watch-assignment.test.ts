@@ -28,6 +28,19 @@ describe('planAssignments', () => {
     });
   });
 
+  it('moves a folder onto the agent of another it now overlaps (a PUT changed its path)', () => {
+    const plan = planAssignments(
+      [
+        folder('e', '/x/E', { assignedAgentId: 'a1' }),
+        folder('f', '/x/E', { assignedAgentId: 'a3' }),
+        folder('g', '/x/G', { assignedAgentId: 'a3' }),
+      ],
+      [agent('a1'), agent('a3')],
+      new Map(),
+    );
+    expect(Object.fromEntries(plan)).toEqual({ e: 'a1', f: 'a1', g: 'a3' });
+  });
+
   it('keeps a pinned folder on its agent and balances the rest as before', () => {
     const plan = planAssignments(
       [folder('pinned', '/srv/drop', { agent: 'a2' }), folder('inner', '/srv/drop/x'), folder('z', '/z')],

@@ -6,8 +6,9 @@ import { agents, watchfolders } from '../db/schema.ts';
 
 /**
  * Decide which online agent scans each watchfolder: the pinned one (`agent` = name or id) when it is
- * online; else keep the current one while it is online and has not reported the path unreadable; else
- * the online agent with the fewest watchfolders that has not failed on this path.
+ * online; else the agent of a watchfolder whose folder overlaps it; else keep the current one while it
+ * is online and has not reported the path unreadable; else the online agent with the fewest
+ * watchfolders that has not failed on this path.
  */
 export function planAssignments(
   folders: readonly WatchfolderRow[],
@@ -17,37 +18,40 @@ export function planAssignments(
   const load = new Map(online.map((a) => [a.id, 0]));
   const plan = new Map<string, string | null>();
   const eligible = (wf: WatchfolderRow, a: AgentRow) => !(failed.get(wf.id)?.has(a.id) ?? false);
-  // Pinned and sticky ones first, so the balancing below sees their load.
-  const rest: WatchfolderRow[] = [];
+  const place = (wf: WatchfolderRow, agentId: string | null) => {
+    plan.set(wf.id, agentId);
+    if (agentId) load.set(agentId, (load.get(agentId) ?? 0) + 1);
+  };
+  // A folder that is, holds or lies inside another watchfolder's goes to that one's agent, which leaves
+  // each file to one of them (agent/src/watch/folder-overlap.ts); on two agents of one shared volume
+  // both would take it. This beats staying where it is (a PUT moved it onto another's folder).
+  const nearAgent = (wf: WatchfolderRow): AgentRow | undefined => {
+    const near = folders.find((o) => o.id !== wf.id && plan.get(o.id) && pathsOverlap(o.path, wf.path));
+    return near ? online.find((a) => a.id === plan.get(near.id) && eligible(wf, a)) : undefined;
+  };
+  // Pinned ones first, then the ones that stay, so the balancing below sees their load.
+  const unpinned: WatchfolderRow[] = [];
   for (const wf of folders) {
-    if (wf.agent) {
-      const a = online.find((x) => x.name === wf.agent || x.id === wf.agent) ?? null;
-      plan.set(wf.id, a?.id ?? null);
-      if (a) load.set(a.id, (load.get(a.id) ?? 0) + 1);
-    } else if (
-      wf.assignedAgentId &&
-      load.has(wf.assignedAgentId) &&
-      eligible(wf, online.find((a) => a.id === wf.assignedAgentId)!)
-    ) {
-      plan.set(wf.id, wf.assignedAgentId);
-      load.set(wf.assignedAgentId, (load.get(wf.assignedAgentId) ?? 0) + 1);
-    } else {
-      rest.push(wf);
-    }
+    if (wf.agent) place(wf, online.find((x) => x.name === wf.agent || x.id === wf.agent)?.id ?? null);
+    else unpinned.push(wf);
+  }
+  const rest: WatchfolderRow[] = [];
+  for (const wf of unpinned) {
+    const current = wf.assignedAgentId ? online.find((a) => a.id === wf.assignedAgentId) : undefined;
+    const near = nearAgent(wf);
+    if (near) place(wf, near.id);
+    else if (current && eligible(wf, current)) place(wf, current.id);
+    else rest.push(wf);
   }
   for (const wf of rest) {
-    const candidates = online.filter((a) => eligible(wf, a));
-    // Every agent failed on this path: keep trying the least loaded one so the error stays visible.
-    const pool = candidates.length ? candidates : online;
-    let best: AgentRow | null = null;
-    // A folder that is, holds or lies inside another watchfolder's goes to that one's agent, which
-    // leaves each file to one of them (agent/src/watch/folder-overlap.ts); on two agents of one shared
-    // volume both would take it.
-    const near = folders.find((o) => o.id !== wf.id && plan.get(o.id) && pathsOverlap(o.path, wf.path));
-    if (near) best = candidates.find((a) => a.id === plan.get(near.id)) ?? null;
-    if (!best) for (const a of pool) if (!best || (load.get(a.id) ?? 0) < (load.get(best.id) ?? 0)) best = a;
-    plan.set(wf.id, best?.id ?? null);
-    if (best) load.set(best.id, (load.get(best.id) ?? 0) + 1);
+    let best: AgentRow | null = nearAgent(wf) ?? null;
+    if (!best) {
+      const candidates = online.filter((a) => eligible(wf, a));
+      // Every agent failed on this path: keep trying the least loaded one so the error stays visible.
+      const pool = candidates.length ? candidates : online;
+      for (const a of pool) if (!best || (load.get(a.id) ?? 0) < (load.get(best.id) ?? 0)) best = a;
+    }
+    place(wf, best?.id ?? null);
   }
   return plan;
 }
