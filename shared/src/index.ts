@@ -1,6 +1,7 @@
 export * from './command/index.ts';
 export * from './config/env-problems.ts';
 export * from './format/format-bytes.ts';
+export * from './fs/folder-paths.ts';
 export * from './fs/lock-file.ts';
 export * from './fs/make-directory.ts';
 export * from './fs/proc-stat.ts';

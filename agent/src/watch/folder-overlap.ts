@@ -1,5 +1,4 @@
-import path from 'node:path';
-import type { WatchfolderAssignment } from '@ffleet/shared';
+import { relativeInside, type WatchfolderAssignment } from '@ffleet/shared';
 
 /**
  * What a watchfolder leaves to the other watchfolders this agent scans: a folder inside its own is the
@@ -20,23 +19,22 @@ export const NO_YIELDS: YieldPlan = { nested: [], shadowedBy: null };
 const comesFirst = (a: WatchfolderAssignment, b: WatchfolderAssignment): boolean =>
   (a.createdAt ?? 0) !== (b.createdAt ?? 0) ? (a.createdAt ?? 0) < (b.createdAt ?? 0) : a.id < b.id;
 
-/** The plan of every assignment, by id (most agents scan one folder: all of them NONE). */
+/** The plan of every assignment, by id (most agents scan one folder: all of them NO_YIELDS). */
 export function planYields(assignments: readonly WatchfolderAssignment[]): Map<string, YieldPlan> {
   const plans = new Map<string, YieldPlan>();
   for (const a of assignments) {
     let plan = NO_YIELDS;
-    const root = path.resolve(a.path);
     for (const b of assignments) {
       if (b.id === a.id) continue;
-      const rel = path.relative(root, path.resolve(b.path));
+      const rel = relativeInside(a.path, b.path);
+      if (rel === null) continue;
       if (rel === '') {
         // A suspended one takes nothing: the other, active, takes the folder's files meanwhile.
         if (!b.suspended && (a.suspended || comesFirst(b, a)) && plan.shadowedBy === null)
           plan = { ...plan, shadowedBy: b.name };
         continue;
       }
-      if (rel.startsWith('..') || path.isAbsolute(rel)) continue;
-      plan = { ...plan, nested: [...plan.nested, rel.split(path.sep).join('/')] };
+      plan = { ...plan, nested: [...plan.nested, rel] };
     }
     plans.set(a.id, plan);
   }

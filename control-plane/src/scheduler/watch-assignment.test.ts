@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { AgentRow, WatchfolderRow } from '../db/mappers.ts';
-import { pathsOverlap, planAssignments } from './watch-assignment.ts';
+import { planAssignments } from './watch-assignment.ts';
 
 const agent = (id: string) => ({ id, name: id }) as AgentRow;
 const folder = (id: string, path: string, more: Partial<WatchfolderRow> = {}) =>
@@ -56,17 +56,5 @@ describe('planAssignments', () => {
       failed,
     );
     expect(again.get('inner')).toBe('a1');
-  });
-});
-
-describe('pathsOverlap', () => {
-  it('compares whole path components, in both directions', () => {
-    expect(pathsOverlap('/srv/drop', '/srv/drop')).toBe(true);
-    expect(pathsOverlap('/srv/drop', '/srv/drop/a/b')).toBe(true);
-    expect(pathsOverlap('/srv/drop/a', '/srv/drop')).toBe(true);
-    expect(pathsOverlap('/srv/drop', '/srv/dropbox')).toBe(false);
-    expect(pathsOverlap('/', '/srv')).toBe(true);
-    expect(pathsOverlap('C:\\media', 'C:\\media\\in')).toBe(true);
-    expect(pathsOverlap('C:\\media', 'C:\\mediax')).toBe(false);
   });
 });

@@ -1,4 +1,4 @@
-import type { WatchfolderAssignment } from '@ffleet/shared';
+import { foldersOverlap, type WatchfolderAssignment } from '@ffleet/shared';
 import { eq, inArray, or, sql } from 'drizzle-orm';
 import type { Db } from '../db/client.ts';
 import type { AgentRow, WatchfolderRow } from '../db/mappers.ts';
@@ -26,7 +26,7 @@ export function planAssignments(
   // each file to one of them (agent/src/watch/folder-overlap.ts); on two agents of one shared volume
   // both would take it. This beats staying where it is (a PUT moved it onto another's folder).
   const nearAgent = (wf: WatchfolderRow): AgentRow | undefined => {
-    const near = folders.find((o) => o.id !== wf.id && plan.get(o.id) && pathsOverlap(o.path, wf.path));
+    const near = folders.find((o) => o.id !== wf.id && plan.get(o.id) && foldersOverlap(o.path, wf.path));
     return near ? online.find((a) => a.id === plan.get(near.id) && eligible(wf, a)) : undefined;
   };
   // Pinned ones first, then the ones that stay, so the balancing below sees their load.
@@ -54,15 +54,6 @@ export function planAssignments(
     place(wf, best?.id ?? null);
   }
   return plan;
-}
-
-/** Whether one folder is or lies inside the other (stored paths are normalised: watchfolders.ts). */
-export function pathsOverlap(a: string, b: string): boolean {
-  const within = (child: string, parent: string) => {
-    const sep = parent.startsWith('/') ? '/' : '\\';
-    return child === parent || child.startsWith(parent.endsWith(sep) ? parent : parent + sep);
-  };
-  return within(a, b) || within(b, a);
 }
 
 export const toAssignment = (wf: WatchfolderRow): WatchfolderAssignment => ({
