@@ -24,18 +24,19 @@ export function planYields(assignments: readonly WatchfolderAssignment[]): Map<s
   const plans = new Map<string, YieldPlan>();
   for (const a of assignments) {
     let plan = NO_YIELDS;
+    // Of the watchfolders on this very folder, the first created that is not suspended takes its files.
+    let owner: WatchfolderAssignment | null = a.suspended ? null : a;
     for (const b of assignments) {
       if (b.id === a.id) continue;
       const rel = relativeInside(a.path, b.path);
       if (rel === null) continue;
       if (rel === '') {
-        // A suspended one takes nothing: the other, active, takes the folder's files meanwhile.
-        if (!b.suspended && (a.suspended || comesFirst(b, a)) && plan.shadowedBy === null)
-          plan = { ...plan, shadowedBy: b.name };
+        if (!b.suspended && (owner === null || comesFirst(b, owner))) owner = b;
         continue;
       }
       plan = { ...plan, nested: [...plan.nested, rel] };
     }
+    if (owner !== null && owner !== a) plan = { ...plan, shadowedBy: owner.name };
     plans.set(a.id, plan);
   }
   return plans;

@@ -19,13 +19,21 @@ describe('planAssignments', () => {
       [agent('a1'), agent('a2')],
       new Map(),
     );
+    // `/srv` holds `/srv/other` too: all five are one group.
     expect(Object.fromEntries(plan)).toEqual({
       drop: 'a1',
-      other: 'a2',
+      other: 'a1',
       special: 'a1',
       again: 'a1',
       parent: 'a1',
     });
+    // Without the parent, `/srv/other` is balanced onto the other agent.
+    const apart = planAssignments(
+      [folder('drop', '/srv/drop'), folder('other', '/srv/other'), folder('special', '/srv/drop/special')],
+      [agent('a1'), agent('a2')],
+      new Map(),
+    );
+    expect(Object.fromEntries(apart)).toEqual({ drop: 'a1', other: 'a2', special: 'a1' });
   });
 
   it('moves a folder onto the agent of another it now overlaps (a PUT changed its path)', () => {
@@ -39,6 +47,20 @@ describe('planAssignments', () => {
       new Map(),
     );
     expect(Object.fromEntries(plan)).toEqual({ e: 'a1', f: 'a1', g: 'a3' });
+  });
+
+  it('puts folders that overlap through another (a parent over two subfolders) on one agent', () => {
+    const plan = planAssignments(
+      [
+        folder('a', '/w/a', { assignedAgentId: 'a1' }),
+        folder('c', '/w/c', { assignedAgentId: 'a2' }),
+        folder('w', '/w'),
+        folder('z', '/z', { assignedAgentId: 'a2' }),
+      ],
+      [agent('a1'), agent('a2')],
+      new Map(),
+    );
+    expect(Object.fromEntries(plan)).toEqual({ a: 'a1', c: 'a1', w: 'a1', z: 'a2' });
   });
 
   it('keeps a pinned folder on its agent and balances the rest as before', () => {

@@ -22,38 +22,62 @@ export function planAssignments(
     plan.set(wf.id, agentId);
     if (agentId) load.set(agentId, (load.get(agentId) ?? 0) + 1);
   };
-  // A folder that is, holds or lies inside another watchfolder's goes to that one's agent, which leaves
-  // each file to one of them (agent/src/watch/folder-overlap.ts); on two agents of one shared volume
-  // both would take it. This beats staying where it is (a PUT moved it onto another's folder).
-  const nearAgent = (wf: WatchfolderRow): AgentRow | undefined => {
-    const near = folders.find((o) => o.id !== wf.id && plan.get(o.id) && foldersOverlap(o.path, wf.path));
-    return near ? online.find((a) => a.id === plan.get(near.id) && eligible(wf, a)) : undefined;
+  // Watchfolders whose folders overlap, directly or through others (a parent over two subfolders), form
+  // one group on one agent, which leaves each file to one of them (agent/src/watch/folder-overlap.ts);
+  // on two agents of one shared volume both would take it. The group's agent beats a member staying
+  // where it is (a PUT moved it onto another's folder).
+  const groupOf = overlapGroups(folders);
+  const groupAgent = new Map<number, string>();
+  const byId = new Map(online.map((a) => [a.id, a]));
+  const inGroup = (wf: WatchfolderRow): AgentRow | undefined => {
+    const a = byId.get(groupAgent.get(groupOf.get(wf.id)!) ?? '');
+    return a && eligible(wf, a) ? a : undefined;
   };
-  // Pinned ones first, then the ones that stay, so the balancing below sees their load.
+  const placeInGroup = (wf: WatchfolderRow, agentId: string | null) => {
+    place(wf, agentId);
+    const g = groupOf.get(wf.id)!;
+    if (agentId && !groupAgent.has(g)) groupAgent.set(g, agentId);
+  };
+  // Pinned ones first (they decide their group's agent), then the ones that stay, so the balancing
+  // below sees their load.
   const unpinned: WatchfolderRow[] = [];
   for (const wf of folders) {
-    if (wf.agent) place(wf, online.find((x) => x.name === wf.agent || x.id === wf.agent)?.id ?? null);
+    if (wf.agent) placeInGroup(wf, online.find((x) => x.name === wf.agent || x.id === wf.agent)?.id ?? null);
     else unpinned.push(wf);
   }
   const rest: WatchfolderRow[] = [];
   for (const wf of unpinned) {
-    const current = wf.assignedAgentId ? online.find((a) => a.id === wf.assignedAgentId) : undefined;
-    const near = nearAgent(wf);
-    if (near) place(wf, near.id);
-    else if (current && eligible(wf, current)) place(wf, current.id);
+    const current = wf.assignedAgentId ? byId.get(wf.assignedAgentId) : undefined;
+    const group = inGroup(wf);
+    if (group) place(wf, group.id);
+    else if (current && eligible(wf, current) && !groupAgent.has(groupOf.get(wf.id)!))
+      placeInGroup(wf, current.id);
     else rest.push(wf);
   }
   for (const wf of rest) {
-    let best: AgentRow | null = nearAgent(wf) ?? null;
+    let best: AgentRow | null = inGroup(wf) ?? null;
     if (!best) {
       const candidates = online.filter((a) => eligible(wf, a));
       // Every agent failed on this path: keep trying the least loaded one so the error stays visible.
       const pool = candidates.length ? candidates : online;
       for (const a of pool) if (!best || (load.get(a.id) ?? 0) < (load.get(best.id) ?? 0)) best = a;
     }
-    place(wf, best?.id ?? null);
+    placeInGroup(wf, best?.id ?? null);
   }
   return plan;
+}
+
+/** Each watchfolder's group: the folders that overlap it, directly or through others (union-find). */
+function overlapGroups(folders: readonly WatchfolderRow[]): Map<string, number> {
+  const parent = folders.map((_, i) => i);
+  const find = (i: number): number => {
+    while (parent[i] !== i) i = parent[i] = parent[parent[i]!]!;
+    return i;
+  };
+  for (let i = 0; i < folders.length; i++)
+    for (let j = i + 1; j < folders.length; j++)
+      if (foldersOverlap(folders[i]!.path, folders[j]!.path)) parent[find(j)] = find(i);
+  return new Map(folders.map((wf, i) => [wf.id, find(i)]));
 }
 
 export const toAssignment = (wf: WatchfolderRow): WatchfolderAssignment => ({
