@@ -887,6 +887,7 @@ export class FleetAgent {
         watchfolderId: s.watchfolderId,
         lastCheck: s.lastCheck,
         error: s.error,
+        unreadable: s.unreadable,
       },
       { durable: false },
     );

@@ -45,7 +45,13 @@ describe('WatchScanner growth checks', () => {
     // be shorter than three intervals minus one scan's duration, which on a loaded machine exceeded 50 ms
     // (544 ms measured for 600): two intervals are the bound, still above any scan at the wrong interval.
     expect(h.states[3]!.at - h.states[0]!.at).toBeGreaterThanOrEqual(2 * 2 * UNIT_MS);
-    expect(h.states[0]).toEqual({ watchfolderId: 'wf-1', lastCheck: 1234, error: '', at: h.states[0]!.at });
+    expect(h.states[0]).toEqual({
+      watchfolderId: 'wf-1',
+      lastCheck: 1234,
+      error: '',
+      unreadable: false,
+      at: h.states[0]!.at,
+    });
   });
 });
 
@@ -98,10 +104,12 @@ describe('WatchScanner path problems', () => {
     const h = harness(assignmentFor(later)).start();
     await h.scans(1);
     expect(h.lastError()).toBe(`watchfolder path does not exist: ${later}`);
+    expect(h.states.at(-1)?.unreadable).toBe(true);
     mkdirSync(later);
     writeFileSync(join(later, 'a.mov'), 'x');
     await waitFor(() => h.submits.length === 1, 'the submit after recovery');
     expect(h.lastError()).toBe('');
+    expect(h.states.at(-1)?.unreadable).toBe(false);
   });
 
   it('reports a path that is a file, and a directory removed while watched', async () => {

@@ -15,7 +15,13 @@ import { type FoundFile, walkFolder } from './walk-folder.ts';
 export type { SubmitFile, SubmitResult, WatchFile } from './submit-file.ts';
 
 /** Reported after every scan and whenever a problem appears (`error` is `''` when all is well). */
-export type WatchState = { watchfolderId: string; lastCheck: number; error: string };
+export type WatchState = {
+  watchfolderId: string;
+  lastCheck: number;
+  error: string;
+  /** The folder itself could not be read (its walk failed at the root). */
+  unreadable: boolean;
+};
 
 export type WatchScannerOptions = {
   assignment: WatchfolderAssignment;
@@ -396,6 +402,7 @@ export class WatchScanner {
       this.opts.onState({
         watchfolderId: this.assignment.id,
         lastCheck: this.lastCheck,
+        unreadable: this.folder.rootError !== '',
         error: [
           this.yields.shadowedBy === null ? '' : shadowedError(this.yields.shadowedBy),
           this.folder.describeProblems(),

@@ -59,6 +59,31 @@ describe('watchfolder ownership', () => {
         (s.message as { requestId?: string }).requestId === requestId,
     )?.message;
 
+  it("moves a folder only when its agent says it cannot read it, not when an error's text reads so", async () => {
+    const t = await folderOnA1();
+    const state = (requestId: string, error: string, unreadable?: boolean) =>
+      t.mqtt.request('a1', {
+        type: 'watch.state',
+        requestId,
+        watchfolderId: t.wf.id,
+        lastCheck: Date.now(),
+        error,
+        ...(unreadable === undefined ? {} : { unreadable }),
+      });
+    // A shadowed folder's error names the other watchfolder, whose name may read like a failure.
+    await state(
+      's1',
+      'another watchfolder on this agent ("no-permission-needed") watches this folder',
+      false,
+    );
+    await sleep(100);
+    expect(await t.owner()).toBe('a1');
+    // The agent says so: the folder moves.
+    await state('s2', 'cannot read /srv/drop: ENOENT', true);
+    await t.fleet.assignWatchfolders();
+    expect(await t.owner()).toBe('a2');
+  });
+
   it('makes no task of a file another agent submits, even after the owner locked it', async () => {
     const { mqtt, wf, taskCount } = await folderOnA1();
     const file = (requestId: string) =>

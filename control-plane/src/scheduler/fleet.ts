@@ -563,7 +563,7 @@ export class Fleet implements FleetHooks {
         return;
       }
       case 'watch.state': {
-        await this.#recordWatchState(agent, req.watchfolderId, req.lastCheck, req.error);
+        await this.#recordWatchState(agent, req.watchfolderId, req.lastCheck, req.error, req.unreadable);
         await this.#send(name, { type: 'request.result', requestId: req.requestId, ok: true });
         return;
       }
@@ -768,13 +768,22 @@ export class Fleet implements FleetHooks {
     }
   }
 
-  async #recordWatchState(agent: AgentRow, wfId: string, lastCheck: number, error: string): Promise<void> {
+  async #recordWatchState(
+    agent: AgentRow,
+    wfId: string,
+    lastCheck: number,
+    error: string,
+    unreadableFlag: boolean | undefined,
+  ): Promise<void> {
     const db = this.#ctx.database.db;
     const [wf] = await db.select().from(watchfolders).where(eq(watchfolders.id, wfId));
     if (!wf || wf.assignedAgentId !== agent.id) return; // A late report from a previous assignee.
     await db.update(watchfolders).set({ lastCheck, error }).where(eq(watchfolders.id, wfId));
     const failures = this.#pathFailures.get(wfId) ?? new Set<string>();
-    const unreadable = /ENOENT|EACCES|ENOTDIR|not exist|not a directory|permission/i.test(error);
+    // The agent says whether the folder itself is unreadable; the text of an older agent's error is read
+    // instead (it may name a watchfolder or a file, so the flag is what counts where it is sent).
+    const unreadable =
+      unreadableFlag ?? /ENOENT|EACCES|ENOTDIR|not exist|not a directory|permission/i.test(error);
     if (unreadable && !wf.agent && !failures.has(agent.id)) {
       failures.add(agent.id);
       this.#pathFailures.set(wfId, failures);

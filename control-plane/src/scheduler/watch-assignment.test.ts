@@ -70,13 +70,21 @@ describe('planAssignments', () => {
       new Map(),
     );
     expect(Object.fromEntries(plan)).toEqual({ pinned: 'a2', inner: 'a2', z: 'a1' });
-    // An agent that cannot read the path is not chosen for it, overlap or not.
+    // An inner folder its group's agent cannot read (not created yet) stays in the group: elsewhere it
+    // would take the files the group's folder there takes too once it exists.
     const failed = new Map([['inner', new Set(['a2'])]]);
     const again = planAssignments(
       [folder('pinned', '/srv/drop', { agent: 'a2' }), folder('inner', '/srv/drop/x')],
       [agent('a1'), agent('a2')],
       failed,
     );
-    expect(again.get('inner')).toBe('a1');
+    expect(again.get('inner')).toBe('a2');
+    // Alone, a folder an agent cannot read goes to another.
+    const alone = planAssignments(
+      [folder('solo', '/srv/solo')],
+      [agent('a1'), agent('a2')],
+      new Map([['solo', new Set(['a1'])]]),
+    );
+    expect(alone.get('solo')).toBe('a2');
   });
 });

@@ -29,10 +29,11 @@ export function planAssignments(
   const groupOf = overlapGroups(folders);
   const groupAgent = new Map<number, string>();
   const byId = new Map(online.map((a) => [a.id, a]));
-  const inGroup = (wf: WatchfolderRow): AgentRow | undefined => {
-    const a = byId.get(groupAgent.get(groupOf.get(wf.id)!) ?? '');
-    return a && eligible(wf, a) ? a : undefined;
-  };
+  // Also where that agent cannot read this member's folder (an inner folder not created yet): moved to
+  // another agent, the member would take files its group there takes too, and the group's agent reads
+  // the folder through its overlapping member anyway once it exists.
+  const inGroup = (wf: WatchfolderRow): AgentRow | undefined =>
+    byId.get(groupAgent.get(groupOf.get(wf.id)!) ?? '');
   const placeInGroup = (wf: WatchfolderRow, agentId: string | null) => {
     place(wf, agentId);
     const g = groupOf.get(wf.id)!;

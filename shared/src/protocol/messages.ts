@@ -79,6 +79,11 @@ export const AgentRequest = z.discriminatedUnion('type', [
     watchfolderId: z.string(),
     lastCheck: z.number(),
     error: z.string(),
+    /**
+     * The folder itself cannot be read on this agent (missing, not a directory, no permission): the
+     * control plane tries another agent. Absent from older agents (their `error` text is read then).
+     */
+    unreadable: z.boolean().optional(),
   }),
 ]);
 export type AgentRequest = z.infer<typeof AgentRequest>;
