@@ -8,7 +8,7 @@ import {
   PROTOCOL_VERSION,
   type TaskReport,
 } from '@ffleet/shared';
-import { and, eq, sql } from 'drizzle-orm';
+import { and, asc, eq, sql } from 'drizzle-orm';
 import type { Logger } from 'pino';
 import type { ControlPlaneClient } from '../broker/control-plane-client.ts';
 import { unnestRows } from '../db/array-literal.ts';
@@ -817,7 +817,11 @@ export class Fleet implements FleetHooks {
 
   async #assignOnce(): Promise<void> {
     const db = this.#ctx.database.db;
-    const folders = await db.select().from(watchfolders);
+    // In creation order: of an overlapping group's pinned members, the oldest decides the group's agent.
+    const folders = await db
+      .select()
+      .from(watchfolders)
+      .orderBy(asc(watchfolders.createdAt), asc(watchfolders.id));
     // No watchfolders now nor at the last pass: nothing to plan or push (births send their own config).
     // Without this, 500 agents coming online read the whole agent list ~1,000 times.
     if (!folders.length && !this.#hadFolders) return;
