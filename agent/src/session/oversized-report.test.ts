@@ -10,6 +10,14 @@ describe('slimOversizedReport', () => {
   it('leaves a report the broker takes alone', () => {
     const r: TaskReport = { ...fence, kind: 'update', patch: { status: 'RUNNING', metadata: { a: 'b' } } };
     expect(slim(r)).toBeNull();
+    // Longer than a third of the limit, so measured, and still within it.
+    const large: TaskReport = {
+      ...fence,
+      kind: 'log',
+      step: 'pre',
+      text: 'x'.repeat(MQTT_MAX_PAYLOAD_BYTES / 2),
+    };
+    expect(slim(large)).toBeNull();
   });
 
   it("keeps the run's state and says in the task's log what was dropped", () => {

@@ -13,6 +13,9 @@ const MAX_ERROR_CHARS = 64 * 1024;
  * agent log saying so. Null when the report fits.
  */
 export function slimOversizedReport(report: TaskReport, json: string): TaskReport | null {
+  // Every report passes here: a text of at most a third of the limit in UTF-16 units cannot exceed it
+  // in UTF-8 (3 bytes per unit at most), so only a large one is measured.
+  if (json.length <= MQTT_MAX_PAYLOAD_BYTES / 3) return null;
   const bytes = Buffer.byteLength(json);
   if (bytes <= MQTT_MAX_PAYLOAD_BYTES) return null;
   const base = {

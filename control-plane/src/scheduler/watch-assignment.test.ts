@@ -5,22 +5,24 @@ import { planAssignments } from './watch-assignment.ts';
 const agent = (id: string) => ({ id, name: id }) as AgentRow;
 const folder = (id: string, path: string, more: Partial<WatchfolderRow> = {}) =>
   ({ id, path, agent: null, assignedAgentId: null, ...more }) as WatchfolderRow;
+/** The plan as `{folder id: agent id}`, over agents named by id. */
+const planOf = (
+  folders: WatchfolderRow[],
+  agents: string[] = ['a1', 'a2'],
+  failed: ReadonlyMap<string, ReadonlySet<string>> = new Map(),
+) => Object.fromEntries(planAssignments(folders, agents.map(agent), failed));
 
 describe('planAssignments', () => {
   it('puts a folder that is, holds or lies inside another watchfolder’s on that one’s agent', () => {
-    const plan = planAssignments(
-      [
-        folder('drop', '/srv/drop'),
-        folder('other', '/srv/other'),
-        folder('special', '/srv/drop/special'),
-        folder('again', '/srv/drop'),
-        folder('parent', '/srv'),
-      ],
-      [agent('a1'), agent('a2')],
-      new Map(),
-    );
+    const plan = planOf([
+      folder('drop', '/srv/drop'),
+      folder('other', '/srv/other'),
+      folder('special', '/srv/drop/special'),
+      folder('again', '/srv/drop'),
+      folder('parent', '/srv'),
+    ]);
     // `/srv` holds `/srv/other` too: all five are one group.
-    expect(Object.fromEntries(plan)).toEqual({
+    expect(plan).toEqual({
       drop: 'a1',
       other: 'a1',
       special: 'a1',
@@ -28,63 +30,54 @@ describe('planAssignments', () => {
       parent: 'a1',
     });
     // Without the parent, `/srv/other` is balanced onto the other agent.
-    const apart = planAssignments(
-      [folder('drop', '/srv/drop'), folder('other', '/srv/other'), folder('special', '/srv/drop/special')],
-      [agent('a1'), agent('a2')],
-      new Map(),
-    );
-    expect(Object.fromEntries(apart)).toEqual({ drop: 'a1', other: 'a2', special: 'a1' });
+    const apart = planOf([
+      folder('drop', '/srv/drop'),
+      folder('other', '/srv/other'),
+      folder('special', '/srv/drop/special'),
+    ]);
+    expect(apart).toEqual({ drop: 'a1', other: 'a2', special: 'a1' });
   });
 
   it('moves a folder onto the agent of another it now overlaps (a PUT changed its path)', () => {
-    const plan = planAssignments(
+    const plan = planOf(
       [
         folder('e', '/x/E', { assignedAgentId: 'a1' }),
         folder('f', '/x/E', { assignedAgentId: 'a3' }),
         folder('g', '/x/G', { assignedAgentId: 'a3' }),
       ],
-      [agent('a1'), agent('a3')],
-      new Map(),
+      ['a1', 'a3'],
     );
-    expect(Object.fromEntries(plan)).toEqual({ e: 'a1', f: 'a1', g: 'a3' });
+    expect(plan).toEqual({ e: 'a1', f: 'a1', g: 'a3' });
   });
 
   it('puts folders that overlap through another (a parent over two subfolders) on one agent', () => {
-    const plan = planAssignments(
-      [
-        folder('a', '/w/a', { assignedAgentId: 'a1' }),
-        folder('c', '/w/c', { assignedAgentId: 'a2' }),
-        folder('w', '/w'),
-        folder('z', '/z', { assignedAgentId: 'a2' }),
-      ],
-      [agent('a1'), agent('a2')],
-      new Map(),
-    );
-    expect(Object.fromEntries(plan)).toEqual({ a: 'a1', c: 'a1', w: 'a1', z: 'a2' });
+    const plan = planOf([
+      folder('a', '/w/a', { assignedAgentId: 'a1' }),
+      folder('c', '/w/c', { assignedAgentId: 'a2' }),
+      folder('w', '/w'),
+      folder('z', '/z', { assignedAgentId: 'a2' }),
+    ]);
+    expect(plan).toEqual({ a: 'a1', c: 'a1', w: 'a1', z: 'a2' });
   });
 
   it('keeps a pinned folder on its agent and balances the rest as before', () => {
-    const plan = planAssignments(
-      [folder('pinned', '/srv/drop', { agent: 'a2' }), folder('inner', '/srv/drop/x'), folder('z', '/z')],
-      [agent('a1'), agent('a2')],
-      new Map(),
-    );
-    expect(Object.fromEntries(plan)).toEqual({ pinned: 'a2', inner: 'a2', z: 'a1' });
+    const plan = planOf([
+      folder('pinned', '/srv/drop', { agent: 'a2' }),
+      folder('inner', '/srv/drop/x'),
+      folder('z', '/z'),
+    ]);
+    expect(plan).toEqual({ pinned: 'a2', inner: 'a2', z: 'a1' });
     // An inner folder its group's agent cannot read (not created yet) stays in the group: elsewhere it
     // would take the files the group's folder there takes too once it exists.
     const failed = new Map([['inner', new Set(['a2'])]]);
-    const again = planAssignments(
+    const again = planOf(
       [folder('pinned', '/srv/drop', { agent: 'a2' }), folder('inner', '/srv/drop/x')],
-      [agent('a1'), agent('a2')],
+      undefined,
       failed,
     );
-    expect(again.get('inner')).toBe('a2');
+    expect(again.inner).toBe('a2');
     // Alone, a folder an agent cannot read goes to another.
-    const alone = planAssignments(
-      [folder('solo', '/srv/solo')],
-      [agent('a1'), agent('a2')],
-      new Map([['solo', new Set(['a1'])]]),
-    );
-    expect(alone.get('solo')).toBe('a2');
+    const alone = planOf([folder('solo', '/srv/solo')], undefined, new Map([['solo', new Set(['a1'])]]));
+    expect(alone.solo).toBe('a2');
   });
 });
