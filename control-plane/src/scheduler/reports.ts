@@ -322,14 +322,8 @@ async function adoptLateSuccess(c: ReportCall, row: TaskRow): Promise<ReportOutc
     ev,
     report.taskId,
     {
-      agentId: run.agentId,
-      agentName: run.agentName,
-      startedAt: run.startedAt,
-      commandResolved: run.commandResolved,
-      inputResolved: run.inputResolved,
-      outputResolved: run.outputResolved,
-      preProcessing: run.preProcessing,
-      postProcessing: run.postProcessing,
+      // LostRun's keys are the task's columns the requeue cleared.
+      ...run,
       ...columnsOf(report.patch),
       status: 'DONE_SUCCESSFUL',
       progress: 100,
