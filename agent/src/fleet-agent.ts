@@ -12,6 +12,7 @@ import {
   type RunningTask,
   TaskReport,
   type WatchfolderAssignment,
+  type WatchfolderYield,
 } from '@ffleet/shared';
 import type { Logger } from 'pino';
 import type { AgentConfig } from './config.ts';
@@ -157,6 +158,8 @@ export class FleetAgent {
   #claimAgain = false;
   /** The latest assigned watchfolders; the watch code is loaded only once there is one. */
   #watchAssigned: readonly WatchfolderAssignment[] = [];
+  /** Watchfolders scanned elsewhere whose folders overlap these: their files are left to them. */
+  #watchYields: readonly WatchfolderYield[] = [];
   #watchLoading: Promise<void> | null = null;
   #claimTimer: NodeJS.Timeout | null = null;
   #pollTimer: NodeJS.Timeout | null = null;
@@ -596,10 +599,11 @@ export class FleetAgent {
     return new Promise((resolve) => this.#claimWaiters.push(resolve));
   }
 
-  #applyWatch(list: readonly WatchfolderAssignment[]): void {
+  #applyWatch(list: readonly WatchfolderAssignment[], yieldTo: readonly WatchfolderYield[] = []): void {
     this.#watchAssigned = list;
+    this.#watchYields = yieldTo;
     if (this.#watch) {
-      this.#watch.apply(list);
+      this.#watch.apply(list, yieldTo);
       return;
     }
     if (list.length === 0 || this.#watchLoading || this.#draining) return;
@@ -612,7 +616,7 @@ export class FleetAgent {
           onState: (s) => this.#onWatchState(s),
           logger: this.#base.child({ component: 'watch' }),
         });
-        this.#watch.apply(this.#watchAssigned);
+        this.#watch.apply(this.#watchAssigned, this.#watchYields);
       },
       (err: unknown) => {
         this.#log.error({ err }, 'cannot load the watchfolder scanner');
@@ -691,7 +695,7 @@ export class FleetAgent {
         this.#slots = m.slots;
         this.#labels = m.labels;
         this.#paused = m.paused;
-        if (!this.#draining) this.#applyWatch(m.watchfolders);
+        if (!this.#draining) this.#applyWatch(m.watchfolders, m.yieldTo);
         this.#claim();
         return;
       }

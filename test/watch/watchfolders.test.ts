@@ -328,4 +328,26 @@ describe('watchfolders across several agents', () => {
         'no agent named no-such-agent is known (none has connected under that name, or it was deleted): check the name; the folder is scanned once it connects',
     });
   });
+
+  it('leaves a pinned inner folder’s files to its agent while that agent is offline, not to the outer folder', async () => {
+    await c.startLocalAgent({ name: 'o1', slots: 0 });
+    const dir = folder();
+    const gpu = join(dir, 'gpu');
+    mkdirSync(gpu);
+    const inner = await createWatchfolder(gpu, { agent: c.agentName('gpu-box') });
+    const outer = await createWatchfolder(dir);
+    writeFileSync(join(dir, 'outer.mov'), 'data');
+    writeFileSync(join(gpu, 'for-the-gpu-box.mov'), 'data');
+    await waitFor(async () => (await tasksOf(outer)).length === 1, 15_000, 'the outer file');
+    // Several scans of the outer folder (interval 1 s): the inner folder's file stays untaken.
+    await sleep(3_000);
+    expect(relPaths(await tasksOf(outer))).toEqual(['outer.mov']);
+    expect(await tasksOf(inner)).toEqual([]);
+    // Its agent connects: the group moves to it, and the inner folder's file is the inner folder's.
+    await c.startLocalAgent({ name: 'gpu-box', slots: 0 });
+    await waitFor(async () => (await tasksOf(inner)).length === 1, 15_000, 'the inner file');
+    await sleep(2_000);
+    expect(relPaths(await tasksOf(inner))).toEqual(['for-the-gpu-box.mov']);
+    expect(relPaths(await tasksOf(outer))).toEqual(['outer.mov']);
+  }, 60_000);
 });

@@ -1,4 +1,4 @@
-import { relativeInside, type WatchfolderAssignment } from '@ffleet/shared';
+import { relativeInside, type WatchfolderAssignment, type WatchfolderYield } from '@ffleet/shared';
 
 /**
  * What a watchfolder leaves to the other watchfolders this agent scans: a folder inside its own is the
@@ -16,17 +16,28 @@ export type YieldPlan = {
 
 export const NO_YIELDS: YieldPlan = { nested: [], shadowedBy: null };
 
-const comesFirst = (a: WatchfolderAssignment, b: WatchfolderAssignment): boolean =>
+type Ordered = Pick<WatchfolderAssignment, 'id' | 'name' | 'suspended' | 'createdAt'>;
+
+const comesFirst = (a: Ordered, b: Ordered): boolean =>
   (a.createdAt ?? 0) !== (b.createdAt ?? 0) ? (a.createdAt ?? 0) < (b.createdAt ?? 0) : a.id < b.id;
 
-/** The plan of every assignment, by id (most agents scan one folder: all of them NO_YIELDS). */
-export function planYields(assignments: readonly WatchfolderAssignment[]): Map<string, YieldPlan> {
+/**
+ * The plan of every assignment, by id (most agents scan one folder: all of them NO_YIELDS). `yieldTo`:
+ * watchfolders scanned elsewhere (the config's), each counted only for the assignments it `overlaps`.
+ */
+export function planYields(
+  assignments: readonly WatchfolderAssignment[],
+  yieldTo: readonly WatchfolderYield[] = [],
+): Map<string, YieldPlan> {
   const plans = new Map<string, YieldPlan>();
   for (const a of assignments) {
     let plan = NO_YIELDS;
     // Of the watchfolders on this very folder, the first created that is not suspended takes its files.
-    let owner: WatchfolderAssignment | null = a.suspended ? null : a;
-    for (const b of assignments) {
+    let owner: Ordered | null = a.suspended ? null : a;
+    const others = yieldTo.length
+      ? [...assignments, ...yieldTo.filter((y) => y.overlaps.includes(a.id))]
+      : assignments;
+    for (const b of others) {
       if (b.id === a.id) continue;
       const rel = relativeInside(a.path, b.path);
       if (rel === null) continue;
@@ -51,4 +62,4 @@ export function yieldsFile(plan: YieldPlan, rel: string): boolean {
 
 /** The scan error a shadowed watchfolder shows. */
 export const shadowedError = (name: string): string =>
-  `another watchfolder on this agent (${JSON.stringify(name)}) watches this folder and takes its files; this one submits none`;
+  `another watchfolder (${JSON.stringify(name)}) watches this folder and takes its files; this one submits none`;

@@ -87,7 +87,7 @@ describe('WatchSupervisor', () => {
     ]);
     const lastOf = (id: string) => states.filter((st) => st.watchfolderId === id).at(-1);
     expect(lastOf('B')?.error).toBe(
-      'another watchfolder on this agent ("first on special") watches this folder and takes its files; this one submits none',
+      'another watchfolder ("first on special") watches this folder and takes its files; this one submits none',
     );
     expect(lastOf('A')?.error).toBe('');
     // C unassigned (moved to another agent, say): B takes the folder's new files, and its error goes.
@@ -99,6 +99,40 @@ describe('WatchSupervisor', () => {
     await waitFor(() => submits.some((f) => f.relativePath === 'later.mov'), 'the later file');
     expect(submits.filter((f) => f.relativePath === 'later.mov').map((f) => f.watchfolderId)).toEqual(['B']);
     expect(lastOf('B')?.error).toBe('');
+  });
+
+  it('leaves the files of a watchfolder scanned elsewhere (the config’s yieldTo) to it', async () => {
+    const gpu = join(dirA, 'gpu');
+    mkdirSync(gpu);
+    writeFileSync(join(dirA, 'outer.mov'), 'x');
+    writeFileSync(join(gpu, 'for-the-gpu-box.mov'), 'x');
+    writeFileSync(join(dirB, 'b.mov'), 'x');
+    // `gpu` is pinned to an agent that is offline; B is only listed against A, so it yields nothing.
+    const pinnedInner = { id: 'G', name: 'gpu', path: gpu, suspended: false, createdAt: 1, overlaps: ['A'] };
+    const onB = { id: 'S', name: 'same as b', path: dirB, suspended: false, createdAt: 0, overlaps: ['A'] };
+    supervisor.apply(
+      [
+        { ...wfA, path: dirA, createdAt: 2 },
+        { ...wfB, path: dirB, createdAt: 3 },
+      ],
+      [pinnedInner, onB],
+    );
+    await waitFor(() => submits.length === 2, 'two submits');
+    await sleep(3 * UNIT_MS);
+    expect(submits.map((f) => [f.watchfolderId, f.relativePath]).sort()).toEqual([
+      ['A', 'outer.mov'],
+      ['B', 'b.mov'],
+    ]);
+    expect(supervisor.list().sort()).toEqual(['A', 'B']);
+    // Its agent back, the folder moves on with it: A stays out of it. Once it is no longer listed, A takes it.
+    supervisor.apply([{ ...wfA, path: dirA, createdAt: 2 }]);
+    writeFileSync(join(gpu, 'later.mov'), 'x');
+    await waitFor(() => submits.some((f) => f.relativePath === 'gpu/later.mov'), 'the later file');
+    // A scan takes what it finds in the folder once it is A's: both files, as A's.
+    expect(submits.filter((f) => f.relativePath.startsWith('gpu/')).map((f) => f.watchfolderId)).toEqual([
+      'A',
+      'A',
+    ]);
   });
 
   it('gives a folder watched twice to the other watchfolder while the first one is suspended', async () => {

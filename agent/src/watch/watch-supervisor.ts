@@ -1,4 +1,4 @@
-import type { WatchfolderAssignment } from '@ffleet/shared';
+import type { WatchfolderAssignment, WatchfolderYield } from '@ffleet/shared';
 import type { Logger } from 'pino';
 import { planYields } from './folder-overlap.ts';
 import { type SubmitFile, WatchScanner, type WatchScannerOptions, type WatchState } from './watch-scanner.ts';
@@ -24,8 +24,12 @@ export class WatchSupervisor {
 
   constructor(private readonly opts: WatchSupervisorOptions) {}
 
-  /** Reconcile with the full list from a `config` message. A duplicated id: the last entry wins. */
-  apply(assignments: readonly WatchfolderAssignment[]): void {
+  /**
+   * Reconcile with the full list from a `config` message. A duplicated id: the last entry wins.
+   * `yieldTo`: watchfolders scanned elsewhere (or waiting for their pinned agent) whose folders overlap
+   * these: they get no scanner here, but their files are left to them as to a watchfolder scanned here.
+   */
+  apply(assignments: readonly WatchfolderAssignment[], yieldTo: readonly WatchfolderYield[] = []): void {
     if (this.stopped) return;
     const wanted = new Map(assignments.map((a) => [a.id, a]));
     for (const [id, scanner] of this.scanners) {
@@ -35,7 +39,10 @@ export class WatchSupervisor {
         this.opts.logger.info({ watchfolderId: id }, 'watchfolder unassigned');
       }
     }
-    const yields = planYields([...wanted.values()]);
+    const yields = planYields(
+      [...wanted.values()],
+      yieldTo.filter((y) => !wanted.has(y.id)),
+    );
     for (const [id, assignment] of wanted) {
       const existing = this.scanners.get(id);
       if (existing !== undefined) {

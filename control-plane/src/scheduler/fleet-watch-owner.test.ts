@@ -3,7 +3,7 @@
  * replay of a folder that moved) make no task, and an agent back from a silence hears that its folders
  * moved.
  */
-import { PresetCreate, WatchfolderCreate } from '@ffleet/shared';
+import { type InboxMessage, PresetCreate, WatchfolderCreate } from '@ffleet/shared';
 import { eq } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { sampleBirth } from '../broker/test-brokers.ts';
@@ -71,11 +71,7 @@ describe('watchfolder ownership', () => {
         ...(unreadable === undefined ? {} : { unreadable }),
       });
     // A shadowed folder's error names the other watchfolder, whose name may read like a failure.
-    await state(
-      's1',
-      'another watchfolder on this agent ("no-permission-needed") watches this folder',
-      false,
-    );
+    await state('s1', 'another watchfolder ("no-permission-needed") watches this folder', false);
     await sleep(100);
     expect(await t.owner()).toBe('a1');
     // The agent says so: the folder moves.
@@ -137,4 +133,48 @@ describe('watchfolder ownership', () => {
     expect(configs).toEqual([[]]);
     expect(await owner()).toBe('a2');
   }, 30_000);
+
+  it('tells the outer folder’s agent to leave a pinned inner folder’s files while that folder’s agent is away', async () => {
+    const t = await startFleet();
+    await t.mqtt.birth('a1', sampleBirth('a1'));
+    await sleep(50);
+    const preset = await createPreset(t.ctx, PresetCreate.parse({ name: 'p', command: '-i /in /out' }));
+    const create = (name: string, path: string, agent?: string) =>
+      createWatchfolder(
+        t.ctx,
+        WatchfolderCreate.parse({ name, interval: 1, growthChecks: 1, preset: preset.id, path, agent }),
+      );
+    const outer = await create('drop', '/srv/drop');
+    const gpu = await create('gpu', '/srv/drop/gpu', 'box-b');
+    await create('b-local', '/srv/elsewhere', 'box-b');
+    await t.fleet.assignWatchfolders();
+    const lastConfig = (agent: string) =>
+      t.mqtt.sent.filter((s) => s.agent === agent && s.message.type === 'config').at(-1)?.message as
+        | Extract<InboxMessage, { type: 'config' }>
+        | undefined;
+    const a1 = lastConfig('a1');
+    expect(a1?.watchfolders.map((w) => w.name)).toEqual(['drop']);
+    expect(a1?.yieldTo).toEqual([
+      {
+        id: gpu.id,
+        name: 'gpu',
+        path: '/srv/drop/gpu',
+        suspended: false,
+        createdAt: expect.any(Number),
+        overlaps: [outer.id],
+      },
+    ]);
+    // box-b connects: the group goes to it, and a1 has nothing left to scan or to leave alone.
+    await t.mqtt.birth('box-b', sampleBirth('box-b'));
+    await sleep(50);
+    await t.fleet.assignWatchfolders();
+    expect(lastConfig('a1')).toMatchObject({ watchfolders: [] });
+    expect(lastConfig('a1')?.yieldTo).toBeUndefined();
+    expect(
+      lastConfig('box-b')
+        ?.watchfolders.map((w) => w.name)
+        .sort(),
+    ).toEqual(['b-local', 'drop', 'gpu']);
+    expect(lastConfig('box-b')?.yieldTo).toBeUndefined();
+  });
 });

@@ -38,7 +38,7 @@ import { OncePer } from './once-per.ts';
 import { applyReportIn, type ReportOutcome } from './reports.ts';
 import { RequirementCheck, unmetRequirements } from './requirements.ts';
 import { SerialQueues } from './serial-queue.ts';
-import { planAssignments, saveAssignments, toAssignment } from './watch-assignment.ts';
+import { planAssignments, saveAssignments, toAssignment, yieldsFor } from './watch-assignment.ts';
 import {
   confirmWatchLock,
   createWatchTask,
@@ -845,15 +845,16 @@ export class Fleet implements FleetHooks {
     // Stopping: agents get their config from the next control plane (on their hello).
     if (this.#stopped) return;
     const list = folders ?? (await this.loadFolders());
-    const mine = list
-      .filter((f) => (plan ? plan.get(f.id) : f.assignedAgentId) === agent.id)
-      .map(toAssignment);
+    const agentOf = (f: (typeof list)[number]) => (plan ? (plan.get(f.id) ?? null) : f.assignedAgentId);
+    const mine = list.filter((f) => agentOf(f) === agent.id).map(toAssignment);
+    const yieldTo = yieldsFor(agent.id, list, agentOf);
     const msg: InboxMessage = {
       type: 'config',
       slots: effectiveSlots(agent),
       labels: effectiveLabels(agent),
       paused: agent.paused,
       watchfolders: mine,
+      ...(yieldTo.length ? { yieldTo } : {}),
     };
     const json = JSON.stringify(msg);
     if (!force && this.#sentConfig.get(agent.id) === json) return;

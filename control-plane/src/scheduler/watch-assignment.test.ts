@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { AgentRow, WatchfolderRow } from '../db/mappers.ts';
-import { planAssignments } from './watch-assignment.ts';
+import { planAssignments, yieldsFor } from './watch-assignment.ts';
 
 const agent = (id: string) => ({ id, name: id }) as AgentRow;
 const folder = (id: string, path: string, more: Partial<WatchfolderRow> = {}) =>
@@ -79,5 +79,45 @@ describe('planAssignments', () => {
     // Alone, a folder an agent cannot read goes to another.
     const alone = planOf([folder('solo', '/srv/solo')], undefined, new Map([['solo', new Set(['a1'])]]));
     expect(alone.solo).toBe('a2');
+  });
+});
+
+describe('yieldsFor', () => {
+  const named = (id: string, path: string, more: Partial<WatchfolderRow> = {}) =>
+    folder(id, path, { name: id, suspended: false, createdAt: 1, ...more });
+
+  it('leaves the pinned inner folder of an offline agent to it, not to the outer folder’s agent', () => {
+    const folders = [
+      named('outer', '/srv/drop'),
+      named('gpu', '/srv/drop/gpu', { agent: 'box-b', suspended: true, createdAt: 2 }),
+      named('elsewhere', '/srv/other', { agent: 'box-b' }),
+    ];
+    // box-b is offline: the outer folder is on a1, the pinned ones on no agent.
+    const plan = planOf(folders);
+    expect(plan).toEqual({ outer: 'a1', gpu: null, elsewhere: null });
+    const agentOf = (f: WatchfolderRow) => plan[f.id] ?? null;
+    expect(yieldsFor('a1', folders, agentOf)).toEqual([
+      { id: 'gpu', name: 'gpu', path: '/srv/drop/gpu', suspended: true, createdAt: 2, overlaps: ['outer'] },
+    ]);
+    expect(yieldsFor('a2', folders, agentOf)).toEqual([]);
+  });
+
+  it('leaves folders pinned to two agents alone: same-named folders on two boxes are two folders', () => {
+    const folders = [
+      named('a-local', '/srv/ingest', { agent: 'a1' }),
+      named('b-local', '/srv/ingest/x', { agent: 'a2' }),
+      named('shared', '/srv/ingest/x/y'),
+    ];
+    const plan = planOf(folders);
+    expect(plan).toEqual({ 'a-local': 'a1', 'b-local': 'a2', shared: 'a1' });
+    const agentOf = (f: WatchfolderRow) => plan[f.id] ?? null;
+    // a1's pinned `a-local` leaves nothing to a2's pinned `b-local`; its unpinned `shared` overlaps it.
+    expect(yieldsFor('a1', folders, agentOf).map((y) => [y.id, y.overlaps])).toEqual([
+      ['b-local', ['shared']],
+    ]);
+    // a2's `b-local` holds a1's unpinned `shared`.
+    expect(yieldsFor('a2', folders, agentOf).map((y) => [y.id, y.overlaps])).toEqual([
+      ['shared', ['b-local']],
+    ]);
   });
 });

@@ -1,4 +1,4 @@
-import { foldersOverlap, type WatchfolderAssignment } from '@ffleet/shared';
+import { foldersOverlap, type WatchfolderAssignment, type WatchfolderYield } from '@ffleet/shared';
 import { eq, inArray, or, sql } from 'drizzle-orm';
 import type { Db } from '../db/client.ts';
 import type { AgentRow, WatchfolderRow } from '../db/mappers.ts';
@@ -91,6 +91,39 @@ export const toAssignment = (wf: WatchfolderRow): WatchfolderAssignment => ({
   suspended: wf.suspended,
   createdAt: wf.createdAt,
 });
+
+/**
+ * The watchfolders whose files an agent leaves alone although they lie in (or are) a folder it scans:
+ * those its folders overlap that it does not scan itself, the group's members pinned to another agent
+ * (or to one that is offline: their files wait for it rather than go to the outer folder's preset).
+ * Two folders both pinned, to different agents, are left alone: boxes with folders of the same name
+ * are not one folder.
+ */
+export function yieldsFor(
+  agentId: string,
+  folders: readonly WatchfolderRow[],
+  agentOf: (wf: WatchfolderRow) => string | null,
+): WatchfolderYield[] {
+  const mine = folders.filter((f) => agentOf(f) === agentId);
+  if (!mine.length) return [];
+  const yields: WatchfolderYield[] = [];
+  for (const o of folders) {
+    if (agentOf(o) === agentId) continue;
+    const overlaps = mine
+      .filter((m) => !(m.agent && o.agent) && foldersOverlap(m.path, o.path))
+      .map((m) => m.id);
+    if (overlaps.length)
+      yields.push({
+        id: o.id,
+        name: o.name,
+        path: o.path,
+        suspended: o.suspended,
+        createdAt: o.createdAt,
+        overlaps,
+      });
+  }
+  return yields;
+}
 
 /**
  * Why no agent scans a folder (its `error` while unassigned). `known`: the pins that name an agent the

@@ -162,6 +162,25 @@ export const WatchfolderAssignment = z.object({
 });
 export type WatchfolderAssignment = z.infer<typeof WatchfolderAssignment>;
 
+/**
+ * A watchfolder another agent scans (or none, while its pinned agent is offline) whose folder overlaps
+ * one this agent scans: its files are not this agent's to take (agent/src/watch/folder-overlap.ts).
+ */
+export const WatchfolderYield = WatchfolderAssignment.pick({
+  id: true,
+  name: true,
+  path: true,
+  suspended: true,
+  createdAt: true,
+}).extend({
+  /**
+   * The ids of this agent's watchfolders that leave files to it (not one pinned to this agent while it
+   * is pinned to another: boxes with folders of the same name are not one folder).
+   */
+  overlaps: z.array(z.string()),
+});
+export type WatchfolderYield = z.infer<typeof WatchfolderYield>;
+
 export const ClaimedTask = z.object({
   task: Task,
   attempt: z.number().int(),
@@ -186,6 +205,8 @@ export const InboxMessage = z.discriminatedUnion('type', [
     labels: z.array(z.string()),
     paused: z.boolean(),
     watchfolders: z.array(WatchfolderAssignment),
+    /** Sent only when not empty; an older agent ignores it (and takes those files, as it did). */
+    yieldTo: z.array(WatchfolderYield).optional(),
   }),
   z.object({
     type: z.literal('request.result'),
