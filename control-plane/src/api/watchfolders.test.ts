@@ -12,7 +12,10 @@ import {
   VALID,
 } from '../../../test/api/support.ts';
 import { useTestApp } from '../../../test/helpers/app.ts';
+import { postgresAvailable } from '../../../test/helpers/db.ts';
 import { normalizeStoredFolderPaths } from '../services/watchfolders.ts';
+
+const PG = await postgresAvailable();
 
 describe('watchfolder routes', () => {
   let preset = '';
@@ -307,5 +310,48 @@ describe('watchfolder routes', () => {
     );
     const ev = (await eventRows(t.db, 'watchfolder.deleted')).filter((e) => e.payload.data.id === wf.id);
     expect(ev).toHaveLength(1);
+  });
+});
+
+// Concurrent transactions exist only on PostgreSQL (PGlite runs one at a time).
+describe.skipIf(!PG)('a preset deleted while a watchfolder is created or moved onto it (PostgreSQL)', () => {
+  const pg = useTestApp({ kind: 'postgres' });
+  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+  /** Runs `request` while another transaction holds the preset's row as deletePreset does, then deletes it. */
+  async function racingDelete(presetId: string, request: () => Promise<Response>): Promise<Response> {
+    let answer: Promise<Response> | undefined;
+    await pg.ctx.database.db.transaction(async (tx) => {
+      await tx.execute(sql`select id from presets where id = ${presetId} for update`);
+      answer = request();
+      await sleep(300);
+      await tx.execute(sql`delete from presets where id = ${presetId}`);
+    });
+    return answer!;
+  }
+
+  it('waits for the delete and refuses the preset that is gone (422), leaving no watchfolder on it', async () => {
+    const p1 = (await json(await pg.call('POST', '/api/v1/presets', { ...VALID.preset(), name: 'p1' }), 201))
+      .id;
+    const res = await racingDelete(p1, () =>
+      pg.call('POST', '/api/v1/watchfolders', { ...VALID.watchfolder(p1), name: 'racing' }),
+    );
+    await expectProblem(res, 422, 'VALIDATION_FAILED');
+    const left = await pg.ctx.database.db.execute(sql`select id from watchfolders where preset_id = ${p1}`);
+    expect([...left]).toEqual([]);
+
+    const p2 = (await json(await pg.call('POST', '/api/v1/presets', { ...VALID.preset(), name: 'p2' }), 201))
+      .id;
+    const p3 = (await json(await pg.call('POST', '/api/v1/presets', { ...VALID.preset(), name: 'p3' }), 201))
+      .id;
+    const wf = await json(
+      await pg.call('POST', '/api/v1/watchfolders', { ...VALID.watchfolder(p2), name: 'moving' }),
+      201,
+    );
+    const moved = await racingDelete(p3, () =>
+      pg.call('PATCH', `/api/v1/watchfolders/${wf.id}`, { preset: p3 }),
+    );
+    await expectProblem(moved, 422, 'VALIDATION_FAILED');
+    expect((await json(await pg.call('GET', `/api/v1/watchfolders/${wf.id}`), 200)).preset).toBe(p2);
   });
 });

@@ -36,9 +36,13 @@ export async function watchfolderDto(db: Db, row: WatchfolderRow): Promise<Watch
 }
 
 async function checkRefs(tx: Db, input: WatchfolderCreate, selfId: string | null): Promise<void> {
+  // KEY SHARE: a concurrent deletePreset (which locks the row FOR UPDATE, then counts its watchfolders)
+  // waits for this transaction and then sees its watchfolder (409), or this one waits for the delete and
+  // finds no preset (422). A plain read let both succeed on PostgreSQL: a watchfolder on a deleted preset.
   if (
     !isUuid(input.preset) ||
-    !(await tx.select({ id: presets.id }).from(presets).where(eq(presets.id, input.preset))).length
+    !(await tx.select({ id: presets.id }).from(presets).where(eq(presets.id, input.preset)).for('key share'))
+      .length
   ) {
     throw new ValidationError('unknown preset', [
       { path: 'preset', message: `preset ${input.preset} not found` },
