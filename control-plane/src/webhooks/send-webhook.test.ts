@@ -189,6 +189,37 @@ describe('sendWebhook built-in client', () => {
     }
   });
 
+  it('delivers to a port fetch refuses (its "bad ports"): a receiver may listen there', async () => {
+    const server = createHttpServer((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        res.writeHead(204);
+        res.end();
+      });
+    });
+    // The first of fetch's bad ports free here.
+    let port = 0;
+    for (const candidate of [6665, 6666, 6667, 6668, 6669, 6679, 6697, 10080, 6000, 6566, 5060, 5061]) {
+      const bound = await new Promise<boolean>((r) => {
+        server.once('error', () => r(false));
+        server.listen(candidate, '127.0.0.1', () => r(true));
+      });
+      if (bound) {
+        port = candidate;
+        break;
+      }
+    }
+    expect(port).toBeGreaterThan(0);
+    try {
+      expect(await sendWebhook({ ...base, url: `http://127.0.0.1:${port}/hook` })).toMatchObject({
+        ok: true,
+      });
+    } finally {
+      server.closeAllConnections();
+      await new Promise((r) => server.close(r));
+    }
+  });
+
   it('words transport errors exactly as fetch does', async () => {
     const url = `http://127.0.0.1:${await closedPort()}/hook`;
     const viaNode = await sendWebhook({ ...base, url });

@@ -209,17 +209,12 @@ const agents = {
 };
 
 /**
- * Ports fetch refuses to connect to (WHATWG Fetch "bad port"); such URLs, and URLs with credentials
- * (also refused by fetch), go through fetch so that every URL gets the same outcome either way.
+ * A URL with credentials (refused when a webhook is saved; an older row may hold one) goes through
+ * fetch, which refuses it with its own words. Every other URL is sent here, also on the ports fetch
+ * refuses (WHATWG "bad ports", e.g. 6000 or 10080): a receiver on a studio's network may listen there,
+ * and a webhook the API accepted must be deliverable.
  */
-const BAD_PORTS = new Set([
-  1, 7, 9, 11, 13, 15, 17, 19, 20, 21, 22, 23, 25, 37, 42, 43, 53, 69, 77, 79, 87, 95, 101, 102, 103, 104,
-  109, 110, 111, 113, 115, 117, 119, 123, 135, 137, 139, 143, 161, 179, 389, 427, 465, 512, 513, 514, 515,
-  526, 530, 531, 532, 540, 548, 554, 556, 563, 587, 601, 636, 989, 990, 993, 995, 1719, 1720, 1723, 2049,
-  3659, 4045, 4190, 5060, 5061, 6000, 6566, 6665, 6666, 6667, 6668, 6669, 6679, 6697, 10080,
-]);
-
-const nodeCanSend = (url: URL) => !url.username && !url.password && !BAD_PORTS.has(Number(url.port));
+const nodeCanSend = (url: URL) => !url.username && !url.password;
 
 /** Node's header object, flattened like fetch's Headers (repeated values joined with ", "). */
 function flatHeaders(h: http.IncomingHttpHeaders): Record<string, string> {
