@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   computeTaskProgress,
   durationLimits,
+  NOT_PROGRESS,
   outputDuration,
   ProgressParser,
   type ProgressSample,
@@ -23,7 +24,7 @@ function feed(text: string): ProgressSample[] {
   return text
     .split('\n')
     .map((line) => parser.push(line))
-    .filter((s): s is ProgressSample => s !== null);
+    .filter((s): s is ProgressSample => s !== null && s !== NOT_PROGRESS);
 }
 
 describe('parseDurationLine', () => {
@@ -47,6 +48,35 @@ describe('parseClock', () => {
 });
 
 describe('ProgressParser', () => {
+  it('tells the lines of a progress block from other output ffmpeg printed to stdout', () => {
+    const parser = new ProgressParser();
+    const lines = [
+      'ffmpeg version 5.1.6-0+deb12u1 Copyright (c) 2000-2024 the FFmpeg developers',
+      'configuration: --prefix=/usr --extra-version=0+deb12u1',
+      '#format: frame checksums',
+      '0,          0,          0,        1,   230400, 5f2a3c1d',
+      'a=b=c',
+      'Frame=1',
+      '',
+      'stream_0_0_q=28.0',
+      'bitrate=N/A',
+      ' frame = 3 ',
+    ];
+    expect(lines.map((l) => parser.push(l))).toEqual([
+      NOT_PROGRESS,
+      NOT_PROGRESS,
+      NOT_PROGRESS,
+      NOT_PROGRESS,
+      null,
+      NOT_PROGRESS,
+      null,
+      null,
+      null,
+      null,
+    ]);
+    expect(parser.push('progress=end')).toEqual({ outTimeSeconds: null, speed: null, end: true });
+  });
+
   it('emits one sample per block, preferring out_time_us and reading padded speeds', () => {
     const samples = feed(
       [
@@ -139,6 +169,7 @@ describe('progress of a real ffmpeg run', () => {
   ])('turns the -progress output of %s into rising progress', async (_label, ffmpeg) => {
     const parser = new ProgressParser();
     const samples: ProgressSample[] = [];
+    const others: string[] = [];
     let duration: number | null = null;
     const result = await runProcess({
       file: ffmpeg,
@@ -156,13 +187,16 @@ describe('progress of a real ffmpeg run', () => {
       ],
       onStdoutLine: (line) => {
         const sample = parser.push(line);
-        if (sample) samples.push(sample);
+        if (sample === NOT_PROGRESS) others.push(line);
+        else if (sample) samples.push(sample);
       },
       onStderrLine: (line) => {
         duration ??= parseDurationLine(line);
       },
     });
     expect(result.ok).toBe(true);
+    // Every line of a real -progress stream is read as progress, none goes to the log.
+    expect(others).toEqual([]);
     expect(duration).toBe(2);
     expect(samples.length).toBeGreaterThanOrEqual(3);
     expect(samples.at(-1)?.end).toBe(true);

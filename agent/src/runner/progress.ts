@@ -50,14 +50,24 @@ export function parseClock(value: string): number | null {
  * mistake); `out_time` is `HH:MM:SS.micro`. Early blocks may say `N/A` or, in some versions, a
  * negative time: both count as "not known yet" and "0" respectively.
  */
+/** What {@link ProgressParser.push} returns for a line that is no `key=value` of a progress block. */
+export const NOT_PROGRESS = 'not-progress' as const;
+
+const PROGRESS_KEY = /^[a-z][a-z0-9_]*$/;
+
 export class ProgressParser {
   private block = new Map<string, string>();
 
-  /** Feed one stdout line; returns the block's sample when the line closes a block, else null. */
-  push(line: string): ProgressSample | null {
+  /**
+   * Feed one stdout line; returns the block's sample when the line closes a block, null for another
+   * line of a block, and NOT_PROGRESS for anything else ffmpeg printed to stdout (`-version`, a muxer
+   * writing to `-`, like `-f framemd5 -`): output of its own, for the task's log.
+   */
+  push(line: string): ProgressSample | null | typeof NOT_PROGRESS {
     const eq = line.indexOf('=');
-    if (eq <= 0) return null;
+    if (eq <= 0) return line.trim() === '' ? null : NOT_PROGRESS;
     const key = line.slice(0, eq).trim();
+    if (!PROGRESS_KEY.test(key)) return NOT_PROGRESS;
     const value = line.slice(eq + 1).trim();
     if (key !== 'progress') {
       this.block.set(key, value);

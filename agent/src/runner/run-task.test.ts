@@ -349,6 +349,23 @@ describe('runTask: success', () => {
     );
     expect(reporter.text('agent').match(/transcoder: \$/g)).toHaveLength(3);
   });
+
+  it("logs what the transcoder prints to stdout besides its progress (-version, a muxer writing to '-')", async () => {
+    const { result, reporter } = await fx.run({
+      command: {
+        raw: '-hide_banner -version && ${TRANSCODER} -i ${INPUT_FILE} -frames:v 2 -f framemd5 -',
+        resolved: '',
+      },
+      outputFile: { raw: '', resolved: '' },
+    });
+    expect(result.status).toBe('DONE_SUCCESSFUL');
+    const out = reporter.text('transcoder');
+    expect(out).toMatch(/^ffmpeg version /m);
+    expect(out).toContain('#format: frame checksums');
+    expect(out.match(/^0, +[01], +[01], +1, +\d+, [0-9a-f]{32}$/gm)).toHaveLength(2);
+    // The progress blocks stay out of the log.
+    expect(out).not.toMatch(/^progress=/m);
+  });
 });
 
 describe('runTask: failures', () => {

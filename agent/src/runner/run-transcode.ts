@@ -10,6 +10,7 @@ import {
 import {
   computeTaskProgress,
   durationLimits,
+  NOT_PROGRESS,
   outputDuration,
   ProgressParser,
   parseDurationLine,
@@ -25,7 +26,8 @@ import { PROBE_TIMEOUT_MS } from './transcoder.ts';
  * global options are position-independent only at the front, and a later user `-progress` still
  * wins. `-nostdin` keeps ffmpeg from reading the terminal, `-progress pipe:1` writes machine-readable
  * progress blocks to stdout, `-nostats` drops the human stats line from stderr so the log and the
- * error tail hold real messages. (A command that writes its output to stdout is not supported.)
+ * error tail hold real messages. What else it prints to stdout (`-version`, a muxer writing to `-`
+ * such as `-f framemd5 -`) goes to the task's log as transcoder output, line by line.
  */
 export const TRANSCODER_PREFIX_ARGS: readonly string[] = ['-nostdin', '-progress', 'pipe:1', '-nostats'];
 
@@ -128,6 +130,10 @@ export async function runTranscode(input: TranscodeInput): Promise<StepOutcome> 
       ...(input.killNow ? { killNow: input.killNow } : {}),
       onStdoutLine: (line) => {
         const sample = parser.push(line);
+        if (sample === NOT_PROGRESS) {
+          input.logs.transcoder.add(line);
+          return;
+        }
         if (!sample) return;
         probeWhenNeeded();
         const against = pending ? segmentDuration : duration;
