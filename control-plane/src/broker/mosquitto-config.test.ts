@@ -18,6 +18,26 @@ const uidOf = (user: string): number | null => {
   }
 };
 
+describe('the examples in deploy/mosquitto', () => {
+  it('are what its README command generates (regenerate them when the generator changes)', async () => {
+    const examples = join(import.meta.dirname, '../../../deploy/mosquitto');
+    expect(await readFile(join(examples, 'mosquitto.conf.example'), 'utf8')).toBe(
+      renderMosquittoConf({
+        port: 1883,
+        host: '0.0.0.0',
+        passwordFile: '/etc/ffleet/mosquitto/passwd',
+        aclFile: '/etc/ffleet/mosquitto/acl',
+        maxQueuedMessages: 10_000,
+        persistenceDir: '/var/lib/mosquitto',
+        runAsUser: 'mosquitto',
+      }),
+    );
+    expect(await readFile(join(examples, 'acl.example'), 'utf8')).toBe(
+      renderMosquittoAcl('ffleet-control-plane'),
+    );
+  });
+});
+
 describe('renderMosquittoAcl', () => {
   it('confines agents to their own topics and gives the internal user the whole root', () => {
     const acl = renderMosquittoAcl('ffleet-cp');
