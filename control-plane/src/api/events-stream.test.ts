@@ -191,6 +191,16 @@ describe('GET /api/v1/events resumption (Last-Event-ID), on the app', () => {
     }
   });
 
+  it('refuses ?lastEventId= given twice (400 INVALID_QUERY), as any single-valued parameter', async () => {
+    const [a, b] = publish(payload(), payload());
+    const res = await fetch(`${server.base}/api/v1/events?lastEventId=${a!.id}&lastEventId=${b!.id}`);
+    expect(res.status).toBe(400);
+    expect(await res.json()).toMatchObject({
+      code: 'INVALID_QUERY',
+      errors: [{ path: 'lastEventId', message: 'is given 2 times; it takes one value' }],
+    });
+  });
+
   it('applies ?events= to the replay', async () => {
     const url = `${server.base}/api/v1/events?events=task.deleted,batch.created`;
     const first = await openStream(url);

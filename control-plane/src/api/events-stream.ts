@@ -49,7 +49,12 @@ export function eventStream(
       wanted.add(e);
     }
   }
-  const lastEventId = c.req.header('last-event-id') || c.req.query('lastEventId') || undefined;
+  const ids = c.req.queries('lastEventId') ?? [];
+  if (ids.length > 1)
+    throw new BadRequestError('INVALID_QUERY', 'the query parameters are invalid', [
+      { path: 'lastEventId', message: `is given ${ids.length} times; it takes one value` },
+    ]);
+  const lastEventId = c.req.header('last-event-id') || ids[0] || undefined;
   return streamSSE(c, async (stream) => {
     // Waiting entries are queue[head…]; the strings are the history's own, not copies.
     let queue: (HistoryEntry | undefined)[] = [];
