@@ -1,13 +1,20 @@
 import { BatchCreate } from '@ffleet/shared';
 import { Hono } from 'hono';
 import { cancelBatch, createBatch, getBatch, listBatches, listBatchTasks } from '../services/batches.ts';
+import { commandIssuesOf } from '../services/task-input.ts';
 import type { ApiEnv } from './app-env.ts';
 import { created, listResponse, parseJsonBody, parsePage } from './http.ts';
 import { idempotencyOf, withReplay } from './tasks.ts';
 
 export const batchesApi = new Hono<ApiEnv>()
   .post('/', async (c) => {
-    const body = await parseJsonBody(c, BatchCreate, { nullIsAbsent: true });
+    const body = await parseJsonBody(c, BatchCreate, {
+      nullIsAbsent: true,
+      alsoCheck: (j) => {
+        const items = (j as { tasks?: unknown }).tasks;
+        return Array.isArray(items) ? items.flatMap((t, i) => commandIssuesOf(t, `tasks.${i}`)) : [];
+      },
+    });
     const idem = idempotencyOf(c, 'POST /batches', body);
     return withReplay(c, async () => {
       const batch = await createBatch(c.var.ctx, body.data, idem);

@@ -114,6 +114,40 @@ describe('error responses', () => {
     expect(await worded('/api/v1/tasks', { ...task, requires: ['bad label!'] })).toEqual([
       { path: 'requires.0', message: 'letters, digits and _ . : - / only' },
     ]);
+    // A body failing its schema names a bad or missing command too (checked once the schema passes
+    // otherwise), so a client fixes it in one round.
+    const priority = { path: 'priority', message: 'must be at most 1000' };
+    const segment2 = (found: string) =>
+      `command segment 2 must start with \${TRANSCODER} or \${FFMPEG} (found "${found}")`;
+    expect(await worded('/api/v1/tasks', { command: '-i a && rm -rf /', priority: 5000 })).toEqual([
+      priority,
+      {
+        path: 'command',
+        message: segment2('rm'),
+      },
+    ]);
+    const required = 'command is required unless a preset with a command is given';
+    expect(await worded('/api/v1/tasks', { priority: 5000 })).toEqual([
+      priority,
+      { path: 'command', message: required },
+    ]);
+    // A preset may hold the command; a command of the wrong type is the schema's to name.
+    expect(await worded('/api/v1/tasks', { priority: 5000, preset: 'p' })).toEqual([priority]);
+    expect(await worded('/api/v1/tasks', { command: 5 })).toEqual([
+      { path: 'command', message: 'must be a string' },
+    ]);
+    expect(
+      await worded('/api/v1/batches', {
+        tasks: [{ command: '-i a b', priority: 5000 }, {}, { command: 'x && y' }],
+      }),
+    ).toEqual([
+      { path: 'tasks.0.priority', message: 'must be at most 1000' },
+      { path: 'tasks.1.command', message: required },
+      {
+        path: 'tasks.2.command',
+        message: segment2('y'),
+      },
+    ]);
     const blank = await expectProblem(
       await t.call('POST', '/api/v1/presets', { name: '  ', command: '-i a b' }),
       422,

@@ -100,13 +100,19 @@ export type BodyOptions = {
    * "unchanged" and a `null` there more likely meant "clear".
    */
   nullIsAbsent?: boolean;
+  /**
+   * Checks the service makes once the body passed the schema that can be made on the body as read (a
+   * task's command): run when the schema fails too, so one answer lists every problem it can and a
+   * client does not fix a body one round at a time. Issues at a path the schema reported are dropped.
+   */
+  alsoCheck?: (json: unknown) => { path: string; message: string }[];
 };
 
 /** Read a JSON body: 415 when it is not JSON, 400 when it does not parse, 422 when it fails the schema. */
 export async function parseJsonBody<T>(
   c: Context,
   schema: z.ZodType<T>,
-  { readOnly = [], nullIsAbsent = false }: BodyOptions = {},
+  { readOnly = [], nullIsAbsent = false, alsoCheck }: BodyOptions = {},
 ): Promise<ParsedBody<T>> {
   const type = c.req.header('content-type') ?? '';
   if (!JSON_TYPE.test(type)) {
@@ -154,7 +160,14 @@ export async function parseJsonBody<T>(
   }
   if (nullIsAbsent) json = withoutNullOptionals(schema, json);
   const r = schema.safeParse(json);
-  if (!r.success) throw new ValidationError('the request body is invalid', zodIssues(r.error));
+  if (!r.success) {
+    const issues = zodIssues(r.error);
+    if (alsoCheck) {
+      const seen = new Set(issues.map((i) => i.path));
+      for (const more of alsoCheck(json)) if (!seen.has(more.path)) issues.push(more);
+    }
+    throw new ValidationError('the request body is invalid', issues);
+  }
   return { data: r.data, raw, canonical: canonicalJson(json) };
 }
 

@@ -2,6 +2,7 @@ import { TaskCreate, TaskListQuery } from '@ffleet/shared';
 import type { Context } from 'hono';
 import { Hono } from 'hono';
 import { type IdempotencyRequest, ReplayResponse } from '../services/idempotency.ts';
+import { commandIssuesOf } from '../services/task-input.ts';
 import {
   cancelTask,
   createTask,
@@ -53,7 +54,10 @@ export async function withReplay(c: Context, run: () => Promise<Response>): Prom
 
 export const tasksApi = new Hono<ApiEnv>()
   .post('/', async (c) => {
-    const body = await parseJsonBody(c, TaskCreate, { nullIsAbsent: true });
+    const body = await parseJsonBody(c, TaskCreate, {
+      nullIsAbsent: true,
+      alsoCheck: (j) => commandIssuesOf(j),
+    });
     const idem = idempotencyOf(c, 'POST /tasks', body);
     return withReplay(c, async () => {
       const task = await createTask(c.var.ctx, body.data, idem);

@@ -42,6 +42,27 @@ const given = (value: string | undefined): string | undefined =>
 /** The preset a create body names: an empty or blank `preset` is none, as FFmate reads it. */
 export const presetOf = (input: Pick<TaskCreate, 'preset'>): string | undefined => given(input.preset);
 
+const COMMAND_REQUIRED = 'command is required unless a preset with a command is given';
+
+/**
+ * buildTaskRow's command checks on a create body that failed its schema (`at`: the body's path, e.g.
+ * `tasks.3`), so that answer names a bad command too. A body naming a preset is not checked for a
+ * missing command (the preset may have one); a command that is no string is the schema's to report.
+ */
+export function commandIssuesOf(body: unknown, at = ''): Issue[] {
+  if (body === null || typeof body !== 'object' || Array.isArray(body)) return [];
+  const b = body as Record<string, unknown>;
+  const path = at ? `${at}.command` : 'command';
+  if (b.command !== undefined && typeof b.command !== 'string') return [];
+  const command = given(b.command);
+  if (command === undefined) {
+    const preset = typeof b.preset === 'string' ? given(b.preset) : b.preset;
+    return preset === undefined ? [{ path, message: COMMAND_REQUIRED }] : [];
+  }
+  const checked = checkCommand(command);
+  return checked.ok ? [] : [{ path, message: checked.error }];
+}
+
 /**
  * Merge a validated create body with its preset (a field given on the task wins; processing steps are
  * taken whole) and produce the row to insert, or the validation issues (paths relative to the body).
@@ -54,7 +75,7 @@ export function buildTaskRow(
   const issues: Issue[] = [];
   const command = given(input.command) ?? preset?.command ?? input.command;
   if (command === undefined || command.trim() === '') {
-    issues.push({ path: 'command', message: 'command is required unless a preset with a command is given' });
+    issues.push({ path: 'command', message: COMMAND_REQUIRED });
   } else {
     const checked = checkCommand(command);
     if (!checked.ok) issues.push({ path: 'command', message: checked.error });
