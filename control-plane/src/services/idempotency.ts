@@ -45,7 +45,10 @@ export async function claimIdempotencyKey(tx: Db, req: IdempotencyRequest, now: 
       'this Idempotency-Key was already used with a different body',
     );
   }
-  throw new ReplayResponse({ status: row.status, body: row.response, location: row.location });
+  // Stored as JSON text (a jsonb string), so the replay has the first answer's key order; a jsonb
+  // object (a key stored before) comes back with its keys in the database's order.
+  const body = typeof row.response === 'string' ? (JSON.parse(row.response) as unknown) : row.response;
+  throw new ReplayResponse({ status: row.status, body, location: row.location });
 }
 
 export async function storeIdempotentResponse(
@@ -55,6 +58,6 @@ export async function storeIdempotentResponse(
 ): Promise<void> {
   await tx
     .update(idempotencyKeys)
-    .set({ status: res.status, response: res.body as object, location: res.location })
+    .set({ status: res.status, response: JSON.stringify(res.body), location: res.location })
     .where(and(eq(idempotencyKeys.route, req.route), eq(idempotencyKeys.key, req.key)));
 }
