@@ -15,6 +15,7 @@ import {
   type WatchfolderYield,
 } from '@ffleet/shared';
 import type { Logger } from 'pino';
+import { swapBootId } from './boot-id.ts';
 import type { AgentConfig } from './config.ts';
 import { ContactWatch } from './contact-watch.ts';
 import { killOrphanedRuns, RUN_MARK_VAR, runMark } from './orphans.ts';
@@ -243,6 +244,12 @@ export class FleetAgent {
         { reason: spawner.reason },
         "processes start through Node's spawn (native spawner not used)",
       );
+    const boot = swapBootId(join(this.#cfg.dataDir, `agent-${this.#cfg.name}`), this.#bootId);
+    if (boot.error)
+      this.#log.warn(
+        { error: boot.error },
+        'cannot keep the boot id in the data dir: after a restart, the tasks this process held wait for their leases',
+      );
     // The first attempt is waited for (up to TRANSCODER_HANG_MS), so the first birth names the transcoder.
     await this.#search.start();
     const session = new AgentSession({
@@ -256,6 +263,7 @@ export class FleetAgent {
       outbox: this.#outbox,
       logger: this.#base,
       bootId: this.#bootId,
+      ...(boot.previous ? { previousBootId: boot.previous } : {}),
     });
     this.#session = session;
     session.on('inbox', (m) => this.#onInbox(m));

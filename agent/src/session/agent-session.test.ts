@@ -150,13 +150,15 @@ describe.each(TEST_BROKER_KINDS)('AgentSession on $kind', ({ start }) => {
 
   it('announces birth and hello again when a control plane subscribes after it (resync broadcast)', async () => {
     const name = nextName();
-    await startSession(name);
+    await startSession(name, { previousBootId: '11111111-1111-4111-8111-111111111111' });
     // The control plane arrives later (e.g. it resubscribed after a broker restart): the agent's first
     // hello went to nobody, and only the resync broadcast brings it.
     await startCp();
     await waitFor(() => seen.hellos.some((h) => h.agent === name), 'hello after resync');
     const hello = seen.hellos.find((h) => h.agent === name)!.hello;
     expect(hello.running).toEqual([{ taskId: 'run-1', attempt: 2, leaseToken: 'lt' }]);
+    // The process before it on its data dir: the control plane reads it as a restart on that box.
+    expect(hello.previousBootId).toBe('11111111-1111-4111-8111-111111111111');
     expect(seen.births.some((b) => b.agent === name && b.birth.state === 'online')).toBe(true);
   });
 

@@ -45,6 +45,8 @@ export interface AgentSessionOptions {
   keepaliveSec?: number;
   /** Defaults to a random UUID per session object (i.e. per process boot). */
   bootId?: string;
+  /** The boot id of the agent process before this one on this data dir (hello's previousBootId). */
+  previousBootId?: string;
 }
 
 export type SessionEvents = {
@@ -268,6 +270,7 @@ export class AgentSession extends EventEmitter<SessionEvents> {
     client.publish(this.topic('status'), this.birthJson('online'), { qos: 1, retain: true });
     const hello: AgentHello = {
       bootId: this.bootId,
+      ...(this.opts.previousBootId ? { previousBootId: this.opts.previousBootId } : {}),
       running: this.safely(this.opts.running, []),
       ts: Date.now(),
     };

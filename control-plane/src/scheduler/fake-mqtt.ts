@@ -76,7 +76,7 @@ const all = (results: Array<void | Promise<void>>) => Promise.all(results).then(
 /** A started Fleet on `database`, hearing the agents a test plays through `mqtt`; stop it when done. */
 export async function startTestFleet(
   database: Database,
-  opts: Partial<Pick<FleetOptions, 'leaseTtlMs' | 'stopWaitMs' | 'silentAfterMs'>> = {},
+  opts: Partial<Pick<FleetOptions, 'leaseTtlMs' | 'stopWaitMs' | 'silentAfterMs' | 'helloGraceMs'>> = {},
 ) {
   const { logger, records } = captureLogger();
   const mqtt = new FakeMqtt();

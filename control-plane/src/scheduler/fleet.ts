@@ -56,6 +56,8 @@ export type FleetOptions = {
   silentAfterMs?: number;
   /** How long stop() waits at most for work already running; default {@link STOP_WAIT_MS}. */
   stopWaitMs?: number;
+  /** How long the tasks a hello does not list wait; default {@link HELLO_REQUEUE_GRACE_MS} (tests shorten it). */
+  helloGraceMs?: number;
 };
 
 /**
@@ -433,6 +435,7 @@ export class Fleet implements FleetHooks {
     if (this.#names.isRefused(hello.bootId)) return;
     const db = this.#ctx.database.db;
     const now = this.#ctx.now();
+    const before = this.#names.previousHolder(name, hello.bootId, now);
     this.#names.seen(name, hello.bootId, this.#agents.get(name)?.hostname ?? '', now);
     this.#heard.delete(name);
     await touchAgent(db, name, now);
@@ -450,13 +453,24 @@ export class Fleet implements FleetHooks {
       .from(tasks)
       .where(and(eq(tasks.agentId, agent.id), taskIsRunning));
     const lost = mine.filter((t) => !listed.has(t.id));
-    if (lost.length && !this.#stopped) {
+    // Another process held the name just before, and this one does not say it is that one's restart on
+    // its box (previousBootId, kept in the agent's data dir): a second box under the same name (a clone)
+    // while the first is frozen or cut off. The first may still run those tasks and come back: their
+    // leases decide, not this process's word (QA: a clone's hello gave the frozen box's running task to
+    // a new attempt, both wrote its output, and the task ran three times).
+    const restart = before === null || hello.previousBootId === before;
+    if (lost.length && !restart) {
+      this.#log.info(
+        { agent: name, bootId: hello.bootId, previous: before, tasks: lost.map((t) => t.id) },
+        'a new process of this agent does not run tasks its previous process held and is not its restart on the same box: they wait for their leases',
+      );
+    } else if (lost.length && !this.#stopped) {
       const timer = setTimeout(() => {
         this.#helloTimers.delete(timer);
         void this.#queued(name, () => this.#requeueLost(name, agent.id, hello.bootId, lost)).catch(
           (err: unknown) => this.#failed(err, { agent: name }, 'reconciling tasks after a hello failed'),
         );
-      }, HELLO_REQUEUE_GRACE_MS);
+      }, this.#o.helloGraceMs ?? HELLO_REQUEUE_GRACE_MS);
       this.#helloTimers.add(timer);
     }
     await this.#sendConfig(agent, true);

@@ -2,7 +2,7 @@ import { and, eq, lt, sql } from 'drizzle-orm';
 import { anyOf, unnestRows } from '../db/array-literal.ts';
 import type { Db } from '../db/client.ts';
 import type { TaskRow } from '../db/mappers.ts';
-import { taskIsRunning, tasks } from '../db/schema.ts';
+import { taskIsRunning, taskLogs, tasks } from '../db/schema.ts';
 import type { EmittedEvents } from '../events/outbox.ts';
 import { type ServiceContext, transact } from '../services/context.ts';
 import { clearStep, saveTaskChange } from '../services/tasks.ts';
@@ -113,15 +113,27 @@ export async function sweepExpiredLeases(
  * otherwise back to QUEUED for another agent. An attempt a live agent gave back on purpose
  * (`countsAttempt: false`) never ends the task: its limit grows by one, as a restart's does.
  */
+/**
+ * The task's log says why an attempt ended without its agent's word (`GET /tasks/{id}/logs`:
+ * `[attempt N control-plane] …`): else an operator sees attempts end with no reason.
+ */
+async function logRequeue(tx: Db, t: TaskRow, now: number, text: string): Promise<void> {
+  await tx
+    .insert(taskLogs)
+    .values({ taskId: t.id, attempt: t.attempt, step: 'control-plane', text, createdAt: now });
+}
+
 export async function requeueLostTask(
   tx: Db,
   ev: EmittedEvents,
   t: TaskRow,
   now: number,
   why: string,
-  opts: { countsAttempt?: boolean } = {},
+  /** `explained`: the agent's own log line says why (a hand-back); the control plane adds none. */
+  opts: { countsAttempt?: boolean; explained?: boolean } = {},
 ): Promise<'requeued' | 'failed' | 'canceled'> {
   const counts = opts.countsAttempt ?? true;
+  const log = opts.explained ? async () => {} : (text: string) => logRequeue(tx, t, now, text);
   const who = t.agentName ?? t.agentId ?? 'unknown';
   // The lost attempt's late reports may still bring its output (applyClassified).
   const lost = {
@@ -141,6 +153,12 @@ export async function requeueLostTask(
     return 'canceled';
   }
   if (counts && t.attempt >= t.maxAttempts) {
+    await logRequeue(
+      tx,
+      t,
+      now,
+      `agent ${who} was lost (${why}) on attempt ${t.attempt} of ${t.maxAttempts}; giving up`,
+    );
     await saveTaskChange(
       tx,
       ev,
@@ -156,6 +174,9 @@ export async function requeueLostTask(
     );
     return 'failed';
   }
+  await log(
+    `attempt ${t.attempt} went back to the queue: agent ${who} was lost (${why})${counts ? '' : '; it does not count against the attempts'}`,
+  );
   await saveTaskChange(
     tx,
     ev,

@@ -70,6 +70,19 @@ export class NameClaims {
     this.#holders.set(name, holders);
   }
 
+  /**
+   * The process other than `bootId` that held `name` most recently (within NAME_CLAIM_WINDOW_MS and
+   * not refused), or null: whose tasks a hello from `bootId` that does not list them may be about.
+   */
+  previousHolder(name: string, bootId: string, now: number): string | null {
+    let best: Holder | null = null;
+    for (const h of this.#holders.get(name) ?? []) {
+      if (h.bootId === bootId || this.#refused.has(h.bootId) || now - h.last > NAME_CLAIM_WINDOW_MS) continue;
+      if (!best || h.last > best.last) best = h;
+    }
+    return best?.bootId ?? null;
+  }
+
   /** True for a process refused for sharing its name: what it sends is ignored. */
   isRefused(bootId: string): boolean {
     return this.#refused.has(bootId);

@@ -103,6 +103,14 @@ describe('reports that carry logs', () => {
       });
       await send({ kind: 'log', seq: 2, leaseToken: 'not-the-lease', step: 'transcoder', text: 'forged\n' });
       expect(await logs()).toEqual([
+        // The sweep says why the attempt ended, which its agent could not.
+        {
+          step: 'control-plane',
+          text: expect.stringMatching(
+            /^attempt 1 went back to the queue: agent \S+ was lost \(lease expired\)$/,
+          ),
+          attempt: 1,
+        },
         { step: 'transcoder', text: 'last lines\n', attempt: 1 },
         { step: 'agent', text: 'handed back: the broker refuses this agent\n', attempt: 1 },
       ]);
@@ -318,7 +326,14 @@ describe('a late success of an attempt lost with its agent', () => {
         outputFile: resolved.outputFile,
       });
       expect(done.finishedAt).toBeGreaterThanOrEqual(running.startedAt);
-      expect(await logs()).toEqual([{ step: 'transcoder', text: 'video:1kB\n', attempt: 1 }]);
+      expect(await logs()).toEqual([
+        {
+          step: 'control-plane',
+          text: expect.stringContaining('attempt 1 went back to the queue'),
+          attempt: 1,
+        },
+        { step: 'transcoder', text: 'video:1kB\n', attempt: 1 },
+      ]);
       const updates = (await eventRows(t.db, 'task.updated')).filter((e) => e.payload.data.taskId === taskId);
       // (the report's event carries the claim's clock, earlier than the sweep's: compared as a list)
       const statuses = updates.map((e) => e.payload.data.status);
@@ -326,7 +341,7 @@ describe('a late success of an attempt lost with its agent', () => {
       expect(statuses).toContain('QUEUED');
       // The outbox replaying it once more changes nothing.
       expect(await send(success(1))).toEqual({ kind: 'duplicate' });
-      expect(await logs()).toHaveLength(1);
+      expect(await logs()).toHaveLength(2);
     } finally {
       await t.call('PATCH', `/api/v1/tasks/${taskId}/cancel`);
     }

@@ -378,6 +378,7 @@ async function applyClassified(c: ReportCall): Promise<ReportOutcome> {
     await tx.update(tasks).set({ reportSeq: report.seq }).where(eq(tasks.id, report.taskId));
     await requeueLostTask(tx, ev, row!, now, `handed back by agent ${row!.agentName ?? agentId}`, {
       countsAttempt: patch.deliberate !== true,
+      explained: true,
     });
     return { kind: 'applied', status: 'QUEUED', finished: false, cancelRequested: false };
   }

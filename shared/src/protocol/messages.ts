@@ -33,7 +33,18 @@ export const AgentBirth = z.object({
 export type AgentBirth = z.infer<typeof AgentBirth>;
 
 /** `.../hello` after every (re)connect. */
-export const AgentHello = z.object({ bootId: z.string(), running: z.array(Running), ts: z.number() });
+export const AgentHello = z.object({
+  bootId: z.string(),
+  /**
+   * The boot id of the process that used this agent's data dir before this one (it is kept there):
+   * set, this process is that one's restart on the same box, which has killed what that one left
+   * running. The tasks that process held and this one does not list are requeued at once; without it
+   * (another process took the name: a cloned box) their leases decide.
+   */
+  previousBootId: z.string().optional(),
+  running: z.array(Running),
+  ts: z.number(),
+});
 export type AgentHello = z.infer<typeof AgentHello>;
 
 /** `.../heartbeat` every few seconds; renews the leases of `running`. */
