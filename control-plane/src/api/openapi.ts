@@ -2,7 +2,10 @@ import * as S from '@ffleet/shared';
 import { z } from 'zod';
 import type { QueuedDelivery as QueuedDeliveryType } from '../webhooks/redeliver.ts';
 import type { healthFacts } from './health-facts.ts';
+import { PRESET_READ_ONLY } from './presets.ts';
 import { isPublicPath } from './public-paths.ts';
+import { WATCHFOLDER_READ_ONLY } from './watchfolders.ts';
+import { WEBHOOK_READ_ONLY } from './webhooks.ts';
 
 type Op = {
   method: 'get' | 'post' | 'put' | 'patch' | 'delete';
@@ -103,15 +106,10 @@ const COMPONENTS: Record<string, z.ZodType> = {
 const BODY_READING: Record<string, { readOnly?: readonly string[]; nullIsAbsent?: boolean }> = {
   TaskCreate: { nullIsAbsent: true },
   BatchCreate: { nullIsAbsent: true },
-  PresetCreate: { readOnly: ['id', 'uuid', 'createdAt', 'updatedAt'], nullIsAbsent: true },
-  WatchfolderCreate: {
-    readOnly: ['id', 'uuid', 'createdAt', 'updatedAt', 'assignedAgent', 'lastCheck', 'error'],
-    nullIsAbsent: true,
-  },
-  WatchfolderPatch: {
-    readOnly: ['id', 'uuid', 'createdAt', 'updatedAt', 'assignedAgent', 'lastCheck', 'error'],
-  },
-  WebhookCreate: { readOnly: ['id', 'uuid', 'createdAt', 'updatedAt', 'hasSecret'], nullIsAbsent: true },
+  PresetCreate: { readOnly: PRESET_READ_ONLY, nullIsAbsent: true },
+  WatchfolderCreate: { readOnly: WATCHFOLDER_READ_ONLY, nullIsAbsent: true },
+  WatchfolderPatch: { readOnly: WATCHFOLDER_READ_ONLY },
+  WebhookCreate: { readOnly: WEBHOOK_READ_ONLY, nullIsAbsent: true },
 };
 
 const PAGE = S.PageQuery;

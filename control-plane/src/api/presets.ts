@@ -4,11 +4,11 @@ import { createPreset, deletePreset, getPreset, listPresets, updatePreset } from
 import type { ApiEnv } from './app-env.ts';
 import { created, listResponse, parseJsonBody, parsePage, parseQuery } from './http.ts';
 
-const READ_ONLY = ['id', 'uuid', 'createdAt', 'updatedAt'];
+export const PRESET_READ_ONLY = ['id', 'uuid', 'createdAt', 'updatedAt'];
 
 export const presetsApi = new Hono<ApiEnv>()
   .post('/', async (c) => {
-    const { data } = await parseJsonBody(c, PresetCreate, { readOnly: READ_ONLY, nullIsAbsent: true });
+    const { data } = await parseJsonBody(c, PresetCreate, { readOnly: PRESET_READ_ONLY, nullIsAbsent: true });
     const p = await createPreset(c.var.ctx, data);
     return created(c, `/api/v1/presets/${p.id}`, p);
   })
@@ -20,7 +20,7 @@ export const presetsApi = new Hono<ApiEnv>()
   })
   .get('/:id', async (c) => c.json(await getPreset(c.var.ctx, c.req.param('id'))))
   .put('/:id', async (c) => {
-    const { data } = await parseJsonBody(c, PresetCreate, { readOnly: READ_ONLY, nullIsAbsent: true });
+    const { data } = await parseJsonBody(c, PresetCreate, { readOnly: PRESET_READ_ONLY, nullIsAbsent: true });
     return c.json(await updatePreset(c.var.ctx, c.req.param('id'), data));
   })
   .delete('/:id', async (c) => {

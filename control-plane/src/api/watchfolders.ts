@@ -10,11 +10,22 @@ import {
 import type { ApiEnv } from './app-env.ts';
 import { created, listResponse, parseJsonBody, parsePage } from './http.ts';
 
-const READ_ONLY = ['id', 'uuid', 'createdAt', 'updatedAt', 'assignedAgent', 'lastCheck', 'error'];
+export const WATCHFOLDER_READ_ONLY = [
+  'id',
+  'uuid',
+  'createdAt',
+  'updatedAt',
+  'assignedAgent',
+  'lastCheck',
+  'error',
+];
 
 export const watchfoldersApi = new Hono<ApiEnv>()
   .post('/', async (c) => {
-    const { data } = await parseJsonBody(c, WatchfolderCreate, { readOnly: READ_ONLY, nullIsAbsent: true });
+    const { data } = await parseJsonBody(c, WatchfolderCreate, {
+      readOnly: WATCHFOLDER_READ_ONLY,
+      nullIsAbsent: true,
+    });
     const wf = await createWatchfolder(c.var.ctx, data);
     return created(c, `/api/v1/watchfolders/${wf.id}`, wf);
   })
@@ -24,13 +35,16 @@ export const watchfoldersApi = new Hono<ApiEnv>()
   })
   .get('/:id', async (c) => c.json(await getWatchfolder(c.var.ctx, c.req.param('id'))))
   .put('/:id', async (c) => {
-    const { data } = await parseJsonBody(c, WatchfolderCreate, { readOnly: READ_ONLY, nullIsAbsent: true });
+    const { data } = await parseJsonBody(c, WatchfolderCreate, {
+      readOnly: WATCHFOLDER_READ_ONLY,
+      nullIsAbsent: true,
+    });
     return c.json(await updateWatchfolder(c.var.ctx, c.req.param('id'), data));
   })
   // The fields given replace theirs (`filter` whole), the rest stays as stored: `{"suspended": true}`
   // pauses a folder without sending back, and so overwriting, its whole definition.
   .patch('/:id', async (c) => {
-    const { data } = await parseJsonBody(c, WatchfolderPatch, { readOnly: READ_ONLY });
+    const { data } = await parseJsonBody(c, WatchfolderPatch, { readOnly: WATCHFOLDER_READ_ONLY });
     return c.json(
       await updateWatchfolder(c.var.ctx, c.req.param('id'), (current) => ({ ...current, ...data })),
     );

@@ -15,7 +15,7 @@ import type { ApiEnv } from './app-env.ts';
 import { ConflictError, NotFoundError } from './errors.ts';
 import { created, listResponse, parseJsonBody, parsePage, parseQuery } from './http.ts';
 
-const READ_ONLY = ['id', 'uuid', 'createdAt', 'updatedAt', 'hasSecret'];
+export const WEBHOOK_READ_ONLY = ['id', 'uuid', 'createdAt', 'updatedAt', 'hasSecret'];
 
 /** Redelivery is installed by the webhook dispatcher (it owns delivery). */
 export type Redeliver = (executionId: string) => Promise<unknown>;
@@ -45,7 +45,10 @@ export const redeliverThrough =
 export const webhooksApi = (redeliver: Redeliver) =>
   new Hono<ApiEnv>()
     .post('/', async (c) => {
-      const { data } = await parseJsonBody(c, WebhookCreate, { readOnly: READ_ONLY, nullIsAbsent: true });
+      const { data } = await parseJsonBody(c, WebhookCreate, {
+        readOnly: WEBHOOK_READ_ONLY,
+        nullIsAbsent: true,
+      });
       const w = await createWebhook(c.var.ctx, data);
       return created(c, `/api/v1/webhooks/${w.id}`, w);
     })
@@ -68,7 +71,10 @@ export const webhooksApi = (redeliver: Redeliver) =>
     })
     .get('/:id', async (c) => c.json(await getWebhook(c.var.ctx, c.req.param('id'))))
     .put('/:id', async (c) => {
-      const { data } = await parseJsonBody(c, WebhookCreate, { readOnly: READ_ONLY, nullIsAbsent: true });
+      const { data } = await parseJsonBody(c, WebhookCreate, {
+        readOnly: WEBHOOK_READ_ONLY,
+        nullIsAbsent: true,
+      });
       return c.json(await updateWebhook(c.var.ctx, c.req.param('id'), data));
     })
     .delete('/:id', async (c) => {
