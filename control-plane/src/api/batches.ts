@@ -2,6 +2,7 @@ import { BatchCreate } from '@ffleet/shared';
 import { Hono } from 'hono';
 import { cancelBatch, createBatch, getBatch, listBatches, listBatchTasks } from '../services/batches.ts';
 import { commandIssuesOf } from '../services/task-input.ts';
+import { withWaitingFor } from '../services/waiting-for.ts';
 import type { ApiEnv } from './app-env.ts';
 import { created, listResponse, parseJsonBody, parsePage } from './http.ts';
 import { idempotencyOf, withReplay } from './tasks.ts';
@@ -28,6 +29,6 @@ export const batchesApi = new Hono<ApiEnv>()
   .get('/:id', async (c) => c.json(await getBatch(c.var.ctx, c.req.param('id'))))
   .get('/:id/tasks', async (c) => {
     const { items, total } = await listBatchTasks(c.var.ctx, c.req.param('id'), parsePage(c));
-    return listResponse(c, items, total);
+    return listResponse(c, await withWaitingFor(c.var.ctx, items), total);
   })
   .on(['PATCH', 'POST'], '/:id/cancel', async (c) => c.json(await cancelBatch(c.var.ctx, c.req.param('id'))));

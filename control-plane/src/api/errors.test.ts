@@ -114,6 +114,13 @@ describe('error responses', () => {
     expect(await worded('/api/v1/tasks', { ...task, requires: ['bad label!'] })).toEqual([
       { path: 'requires.0', message: 'letters, digits and _ . : - / only' },
     ]);
+    // A capability prefix with no name is offered by no agent: the task would wait forever.
+    expect(await worded('/api/v1/tasks', { ...task, requires: ['gpu', 'Encoder:'] })).toEqual([
+      { path: 'requires.1', message: '"Encoder:" names nothing after its prefix (e.g. encoder:libx264)' },
+    ]);
+    expect(await worded('/api/v1/presets', { name: 'p', command: '-i a b', requires: ['agent:'] })).toEqual([
+      { path: 'requires.0', message: '"agent:" names nothing after its prefix (e.g. agent:encode-01)' },
+    ]);
     // A body failing its schema names a bad or missing command too (checked once the schema passes
     // otherwise), so a client fixes it in one round.
     const priority = { path: 'priority', message: 'must be at most 1000' };

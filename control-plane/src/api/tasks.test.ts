@@ -277,7 +277,11 @@ describe('task routes', () => {
   describe('GET /api/v1/tasks/{id}', () => {
     it('returns the task, and 404 TASK_NOT_FOUND for an unknown or malformed id', async () => {
       const task = await create(VALID.task());
-      expect(await json(await t.call('GET', `/api/v1/tasks/${task.id}`))).toEqual(task);
+      // With why it is not claimed (a read's live field; this app has no agent).
+      expect(await json(await t.call('GET', `/api/v1/tasks/${task.id}`))).toEqual({
+        ...task,
+        waitingFor: 'no agent has connected yet',
+      });
       await expectProblem(await t.call('GET', `/api/v1/tasks/${UNKNOWN_ID}`), 404, 'TASK_NOT_FOUND');
       await expectProblem(await t.call('GET', '/api/v1/tasks/not-a-uuid'), 404, 'TASK_NOT_FOUND');
     });

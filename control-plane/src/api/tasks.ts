@@ -12,6 +12,7 @@ import {
   listTasks,
   restartTask,
 } from '../services/tasks.ts';
+import { withWaitingFor } from '../services/waiting-for.ts';
 import type { ApiEnv } from './app-env.ts';
 import { BadRequestError } from './errors.ts';
 import {
@@ -68,9 +69,12 @@ export const tasksApi = new Hono<ApiEnv>()
     const page = parsePage(c);
     const q = parseQuery(c, TaskListQuery, ['status']);
     const { items, total } = await listTasks(c.var.ctx, q, page);
-    return listResponse(c, items, total);
+    return listResponse(c, await withWaitingFor(c.var.ctx, items), total);
   })
-  .get('/:id', async (c) => c.json(await getTask(c.var.ctx, c.req.param('id'))))
+  .get('/:id', async (c) => {
+    const [task] = await withWaitingFor(c.var.ctx, [await getTask(c.var.ctx, c.req.param('id'))]);
+    return c.json(task);
+  })
   .get('/:id/logs', async (c) => {
     const text = await getTaskLogs(c.var.ctx, c.req.param('id'));
     return c.text(text, 200, { 'Content-Type': 'text/plain; charset=utf-8' });

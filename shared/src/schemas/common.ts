@@ -153,6 +153,28 @@ export function reservedLabelProblem(label: string): string | null {
     : null;
 }
 
+const EXAMPLE_AFTER: Record<string, string> = {
+  'agent:': 'encode-01',
+  'encoder:': 'libx264',
+  'hwaccel:': 'cuda',
+  'os:': 'linux',
+  'arch:': 'amd64',
+};
+
+/**
+ * One item of a task's or preset's `requires`: a label, or a capability an agent offers by itself with
+ * its name (`encoder:libx264`). A reserved prefix alone (`agent:`) names nothing any agent offers: the
+ * task would wait forever.
+ */
+export const Requirement = Label.superRefine((r, ctx) => {
+  const prefix = r.toLowerCase();
+  if (RESERVED_LABEL_PREFIXES.some((p) => prefix === p))
+    ctx.addIssue({
+      code: 'custom',
+      message: `"${r}" names nothing after its prefix (e.g. ${prefix}${EXAMPLE_AFTER[prefix] ?? 'name'})`,
+    });
+});
+
 /** The first label of `labels` that repeats an earlier one, with its index, or null. */
 export function duplicateLabel(labels: readonly string[]): { label: string; index: number } | null {
   const seen = new Set<string>();

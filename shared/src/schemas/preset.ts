@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { DirectWebhook, Label, Millis, ResourceName } from './common.ts';
+import { DirectWebhook, Millis, Requirement, ResourceName } from './common.ts';
 import { MAX_TEXT, PostProcessingInput, PreProcessingInput, Priority } from './task.ts';
 
 /** Body of `POST/PUT /api/v1/presets`. PUT replaces the whole definition. */
@@ -12,7 +12,7 @@ export const PresetCreate = z.strictObject({
   preProcessing: PreProcessingInput.optional(),
   postProcessing: PostProcessingInput.optional(),
   webhooks: z.array(DirectWebhook).max(50).optional(),
-  requires: z.array(Label).max(50).optional(),
+  requires: z.array(Requirement).max(50).optional(),
 });
 export type PresetCreate = z.infer<typeof PresetCreate>;
 

@@ -4,9 +4,9 @@ import {
   DirectWebhook,
   HttpUrl,
   JsonObject,
-  Label,
   Millis,
   RawResolved,
+  Requirement,
   TaskStatus,
   TaskWebhookEvent,
 } from './common.ts';
@@ -68,7 +68,7 @@ export const TaskCreate = z.strictObject({
   postProcessing: PostProcessingInput.optional(),
   preset: z.string().max(100).optional(),
   webhooks: z.array(TaskDirectWebhook).max(50).optional(),
-  requires: z.array(Label).max(50).optional(),
+  requires: z.array(Requirement).max(50).optional(),
 });
 export type TaskCreate = z.infer<typeof TaskCreate>;
 
@@ -99,6 +99,12 @@ export const Task = z.object({
   progress: z.number(),
   remaining: z.number(),
   error: z.string(),
+  /**
+   * Why a QUEUED task is not being claimed: no agent offers its `requires`, or every agent that could
+   * run it is offline, paused, draining, at 0 slots or without a transcoder. Present only then, and only
+   * on the API's task reads (not in events): a task that merely waits for a free slot has none.
+   */
+  waitingFor: z.string().optional(),
   priority: z.number().int(),
   source: z.enum(['api', 'watchfolder']),
   preProcessing: ProcessingStep.nullable(),

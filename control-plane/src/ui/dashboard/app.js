@@ -226,8 +226,11 @@ function taskCells(t) {
     ],
     [t.status, () => [statusBadge(t.status, statusLabel(t.status))]],
     [
-      JSON.stringify([t.status, progress, postProcessing]),
+      JSON.stringify([t.status, progress, postProcessing, t.waitingFor]),
       () => {
+        // Why no agent claims it (the API's reads say so; the list is read again as agents change).
+        if (t.status === 'QUEUED' && t.waitingFor)
+          return [el('span', 'task-waiting', `waiting: ${t.waitingFor}`)];
         if (t.status === 'PRE_PROCESSING') return [el('span', 'muted', 'pre-processing…')];
         if (t.status !== 'RUNNING') return [];
         if (postProcessing) return [el('span', 'muted', 'post-processing…')];
@@ -377,6 +380,8 @@ function onLogsTaskEvent(e) {
 const agentRows = new Map();
 /** @type {Agent[]} */
 let agents = [];
+/** What of the agents decides whether a task can be claimed, at the last poll ('' before the first). */
+let agentsClaimable = '';
 
 async function loadAgents() {
   try {
@@ -384,6 +389,16 @@ async function loadAgents() {
     /** @type {Agent[]} */
     const list = await res.json();
     agents = list.sort((a, b) => a.name.localeCompare(b.name));
+    // What decides whether a queued task can be claimed changed: its `waitingFor` (read with the list,
+    // not sent with events) may have too.
+    const claimable = JSON.stringify(
+      agents.map((a) => [a.name, a.status, a.paused, a.labels, a.slots, a.transcoder === null]),
+    );
+    if (claimable !== agentsClaimable) {
+      const first = agentsClaimable === '';
+      agentsClaimable = claimable;
+      if (!first && view.tasks.some((t) => t.status === 'QUEUED')) loadTasks();
+    }
     // The control plane answers again while the event stream waits out its backoff: reconnect now.
     if (reconnectTimer !== 0) connectEvents();
     const online = agents.filter((a) => a.status !== 'offline').length;

@@ -11,6 +11,7 @@
  * @property {number} progress 0–100
  * @property {number} remaining seconds, -1 while unknown
  * @property {string} error "" without an error
+ * @property {string} [waitingFor] why a QUEUED task is not being claimed (on the API's reads only)
  * @property {number} attempt
  * @property {{id: string, name: string} | null} agent
  * @property {number} createdAt Unix ms

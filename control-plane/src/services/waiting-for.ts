@@ -1,0 +1,59 @@
+import type { Task } from '@ffleet/shared';
+import { type AgentRow, effectiveLabels, effectiveSlots } from '../db/mappers.ts';
+import { agents } from '../db/schema.ts';
+import { agentCapabilities } from '../scheduler/capabilities.ts';
+import type { ServiceContext } from './context.ts';
+
+/** Agents named in a reason, at most. */
+const NAMED = 5;
+
+/** Why the agent cannot claim now ('' when it can): what the claim checks besides `requires`. */
+function unavailable(a: AgentRow): string {
+  if (!a.online) return 'offline';
+  if (a.shuttingDown) return 'draining';
+  if (a.paused) return 'paused';
+  if (effectiveSlots(a) <= 0) return '0 slots';
+  if (a.transcoder === null) return 'no working transcoder';
+  return '';
+}
+
+/**
+ * Why a QUEUED task with these `requires` is not being claimed by any of `known` (every agent on
+ * record), or '' when an agent that can run it is there to take it (it waits for a free slot, if at all).
+ * ARCHITECTURE "failure model": a task reaches a final state or is visibly queued with the reason.
+ */
+export function waitingReason(requires: readonly string[], known: readonly AgentRow[]): string {
+  const offers = known.map((a) => new Set(agentCapabilities({ ...a, labels: effectiveLabels(a) })));
+  const capable = known.filter((_, i) => requires.every((r) => offers[i]!.has(r)));
+  if (capable.some((a) => unavailable(a) === '')) return '';
+  if (!known.length) return 'no agent has connected yet';
+  if (!capable.length) {
+    const missing = requires.filter((r) => !offers.some((o) => o.has(r)));
+    return missing.length
+      ? `no agent offers ${missing.join(', ')} (its requires): add the label to an agent (PATCH /api/v1/agents/{id}) or connect one that has it`
+      : `no single agent offers all of ${requires.join(', ')} (its requires)`;
+  }
+  const named = capable
+    .slice(0, NAMED)
+    .map((a) => `${a.name} (${unavailable(a)})`)
+    .join(', ');
+  const more = capable.length > NAMED ? ` and ${capable.length - NAMED} more` : '';
+  return `${requires.length ? 'every agent that offers its requires' : 'every agent'} is unavailable: ${named}${more}`;
+}
+
+/**
+ * The tasks with `waitingFor` set on those QUEUED and not being claimed. The agents are read once,
+ * only when a task is QUEUED; a reason is worked out once per distinct `requires`.
+ */
+export async function withWaitingFor<T extends Task>(ctx: ServiceContext, list: T[]): Promise<T[]> {
+  if (!list.some((t) => t.status === 'QUEUED')) return list;
+  const known = await ctx.database.db.select().from(agents);
+  const reasons = new Map<string, string>();
+  return list.map((t) => {
+    if (t.status !== 'QUEUED') return t;
+    const key = JSON.stringify(t.requires);
+    let reason = reasons.get(key);
+    if (reason === undefined) reasons.set(key, (reason = waitingReason(t.requires, known)));
+    return reason ? { ...t, waitingFor: reason } : t;
+  });
+}
