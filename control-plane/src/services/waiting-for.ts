@@ -53,7 +53,10 @@ export async function withWaitingFor<T extends Task>(ctx: ServiceContext, list: 
     if (t.status !== 'QUEUED') return t;
     const key = JSON.stringify(t.requires);
     let reason = reasons.get(key);
-    if (reason === undefined) reasons.set(key, (reason = waitingReason(t.requires, known)));
+    if (reason === undefined) {
+      reason = waitingReason(t.requires, known);
+      reasons.set(key, reason);
+    }
     return reason ? { ...t, waitingFor: reason } : t;
   });
 }
