@@ -339,14 +339,14 @@ describe('watchfolders across several agents', () => {
     writeFileSync(join(dir, 'outer.mov'), 'data');
     writeFileSync(join(gpu, 'for-the-gpu-box.mov'), 'data');
     await waitFor(async () => (await tasksOf(outer)).length === 1, 15_000, 'the outer file');
-    // Several scans of the outer folder (interval 1 s): the inner folder's file stays untaken.
-    await sleep(3_000);
+    // Two more scans of the outer folder (interval 1 s): the inner folder's file stays untaken.
+    await sleep(2_200);
     expect(relPaths(await tasksOf(outer))).toEqual(['outer.mov']);
     expect(await tasksOf(inner)).toEqual([]);
     // Its agent connects: the group moves to it, and the inner folder's file is the inner folder's.
     await c.startLocalAgent({ name: 'gpu-box', slots: 0 });
     await waitFor(async () => (await tasksOf(inner)).length === 1, 15_000, 'the inner file');
-    await sleep(2_000);
+    await sleep(1_200);
     expect(relPaths(await tasksOf(inner))).toEqual(['for-the-gpu-box.mov']);
     expect(relPaths(await tasksOf(outer))).toEqual(['outer.mov']);
   }, 60_000);
