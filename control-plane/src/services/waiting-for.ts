@@ -1,7 +1,7 @@
 import type { Task } from '@ffleet/shared';
 import { type AgentRow, effectiveLabels, effectiveSlots } from '../db/mappers.ts';
 import { agents } from '../db/schema.ts';
-import { agentCapabilities } from '../scheduler/capabilities.ts';
+import { offers } from '../scheduler/capabilities.ts';
 import type { ServiceContext } from './context.ts';
 
 /** Agents named in a reason, at most. */
@@ -23,12 +23,12 @@ function unavailable(a: AgentRow): string {
  * ARCHITECTURE "failure model": a task reaches a final state or is visibly queued with the reason.
  */
 export function waitingReason(requires: readonly string[], known: readonly AgentRow[]): string {
-  const offers = known.map((a) => new Set(agentCapabilities({ ...a, labels: effectiveLabels(a) })));
-  const capable = known.filter((_, i) => requires.every((r) => offers[i]!.has(r)));
+  const offering = known.map((a) => ({ ...a, labels: effectiveLabels(a) }));
+  const capable = known.filter((_, i) => requires.every((r) => offers(offering[i]!, r)));
   if (capable.some((a) => unavailable(a) === '')) return '';
   if (!known.length) return 'no agent has connected yet';
   if (!capable.length) {
-    const missing = requires.filter((r) => !offers.some((o) => o.has(r)));
+    const missing = requires.filter((r) => !offering.some((a) => offers(a, r)));
     return missing.length
       ? `no agent offers ${missing.join(', ')} (its requires): add the label to an agent (PATCH /api/v1/agents/{id}) or connect one that has it`
       : `no single agent offers all of ${requires.join(', ')} (its requires)`;
