@@ -47,6 +47,10 @@ describe('waitingReason', () => {
       ),
     ).toBe('no single agent offers all of gpu, fast (its requires)');
     expect(waitingReason([], [])).toBe('no agent has connected yet');
+    // What an agent reports itself cannot be given as a label: no advice to PATCH one.
+    expect(waitingReason(['agent:nobody'], [agent('a1')])).toBe(
+      'no agent offers agent:nobody (its requires): connect one that has it',
+    );
   });
 
   it('names the agents that could run it and why each cannot now', () => {

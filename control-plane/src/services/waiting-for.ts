@@ -1,8 +1,14 @@
-import type { Task } from '@ffleet/shared';
+import { reservedLabelProblem, type Task } from '@ffleet/shared';
 import { type AgentRow, effectiveLabels, effectiveSlots } from '../db/mappers.ts';
 import { agents } from '../db/schema.ts';
 import { offers } from '../scheduler/capabilities.ts';
 import type { ServiceContext } from './context.ts';
+
+type OfferingAgent = AgentRow & { labels: string[] };
+
+/** Each agent with its labels as the claim reads them (an override wins over the reported ones). */
+const offeringOf = (known: readonly AgentRow[]): OfferingAgent[] =>
+  known.map((a) => ({ ...a, labels: effectiveLabels(a) }));
 
 /** Agents named in a reason, at most. */
 const NAMED = 5;
@@ -22,16 +28,20 @@ function unavailable(a: AgentRow): string {
  * record), or '' when an agent that can run it is there to take it (it waits for a free slot, if at all).
  * ARCHITECTURE "failure model": a task reaches a final state or is visibly queued with the reason.
  */
-export function waitingReason(requires: readonly string[], known: readonly AgentRow[]): string {
-  const offering = known.map((a) => ({ ...a, labels: effectiveLabels(a) }));
+export function waitingReason(
+  requires: readonly string[],
+  known: readonly AgentRow[],
+  offering: readonly OfferingAgent[] = offeringOf(known),
+): string {
   const capable = known.filter((_, i) => requires.every((r) => offers(offering[i]!, r)));
   if (capable.some((a) => unavailable(a) === '')) return '';
   if (!known.length) return 'no agent has connected yet';
   if (!capable.length) {
     const missing = requires.filter((r) => !offering.some((a) => offers(a, r)));
-    return missing.length
-      ? `no agent offers ${missing.join(', ')} (its requires): add the label to an agent (PATCH /api/v1/agents/{id}) or connect one that has it`
-      : `no single agent offers all of ${requires.join(', ')} (its requires)`;
+    if (!missing.length) return `no single agent offers all of ${requires.join(', ')} (its requires)`;
+    // A capability the agent reports itself (encoder:, agent:…) cannot be given as a label.
+    const labels = missing.some((r) => reservedLabelProblem(r) === null);
+    return `no agent offers ${missing.join(', ')} (its requires): ${labels ? 'add the label to an agent (PATCH /api/v1/agents/{id}) or ' : ''}connect one that has it`;
   }
   const named = capable
     .slice(0, NAMED)
@@ -48,13 +58,14 @@ export function waitingReason(requires: readonly string[], known: readonly Agent
 export async function withWaitingFor<T extends Task>(ctx: ServiceContext, list: T[]): Promise<T[]> {
   if (!list.some((t) => t.status === 'QUEUED')) return list;
   const known = await ctx.database.db.select().from(agents);
+  const offering = offeringOf(known);
   const reasons = new Map<string, string>();
   return list.map((t) => {
     if (t.status !== 'QUEUED') return t;
     const key = JSON.stringify(t.requires);
     let reason = reasons.get(key);
     if (reason === undefined) {
-      reason = waitingReason(t.requires, known);
+      reason = waitingReason(t.requires, known, offering);
       reasons.set(key, reason);
     }
     return reason ? { ...t, waitingFor: reason } : t;
