@@ -4,29 +4,33 @@ import { join } from 'node:path';
 const BOOT_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 /**
- * Keep `bootId` in the agent's own directory and return the one it replaces: the process that used
- * this data dir before (the agent holds the dir's lock, so no other process runs on it now). The
- * control plane reads it as "a restart on this box" (hello's previousBootId). `undefined` when there was
- * none, it is unreadable, or it cannot be replaced (say so in the log; the control plane then waits for
- * the old process's leases instead of requeueing its tasks at once).
+ * The boot id of the last agent process on this data dir that reached the control plane (the agent
+ * holds the dir's lock, so no other process runs on it now); the control plane reads it as "a restart
+ * on this box" (hello's previousBootId). `undefined` when there was none or it is unreadable.
  */
-export function swapBootId(dir: string, bootId: string): { previous?: string; error?: string } {
-  const file = join(dir, 'boot-id');
-  let previous: string | undefined;
+export function previousBootId(dir: string): string | undefined {
   try {
-    const text = readFileSync(file, 'utf8').trim();
-    if (BOOT_ID.test(text)) previous = text;
+    const text = readFileSync(join(dir, 'boot-id'), 'utf8').trim();
+    return BOOT_ID.test(text) ? text : undefined;
   } catch {
-    // none yet (a first start), or unreadable: no previous process is claimed
+    return undefined; // none yet (a first start), or unreadable: no previous process is claimed
   }
+}
+
+/**
+ * Keep `bootId` as this data dir's last process, once it has reached the control plane: a process that
+ * dies before (a crash loop) leaves the one the control plane knows in place, so the next restart
+ * still names it. Returns why it could not (the next restart's tasks then wait for their leases).
+ */
+export function keepBootId(dir: string, bootId: string): string | undefined {
+  const file = join(dir, 'boot-id');
   try {
     mkdirSync(dir, { recursive: true });
     const tmp = `${file}.${process.pid}.tmp`;
     writeFileSync(tmp, `${bootId}\n`);
     renameSync(tmp, file);
+    return undefined;
   } catch (err) {
-    // A restart must not claim a process it did not replace next time round.
-    return { error: (err as Error).message };
+    return (err as Error).message;
   }
-  return previous === undefined ? {} : { previous };
 }

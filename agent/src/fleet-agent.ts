@@ -15,7 +15,7 @@ import {
   type WatchfolderYield,
 } from '@ffleet/shared';
 import type { Logger } from 'pino';
-import { swapBootId } from './boot-id.ts';
+import { keepBootId, previousBootId } from './boot-id.ts';
 import type { AgentConfig } from './config.ts';
 import { ContactWatch } from './contact-watch.ts';
 import { killOrphanedRuns, RUN_MARK_VAR, runMark } from './orphans.ts';
@@ -244,12 +244,8 @@ export class FleetAgent {
         { reason: spawner.reason },
         "processes start through Node's spawn (native spawner not used)",
       );
-    const boot = swapBootId(join(this.#cfg.dataDir, `agent-${this.#cfg.name}`), this.#bootId);
-    if (boot.error)
-      this.#log.warn(
-        { error: boot.error },
-        'cannot keep the boot id in the data dir: after a restart, the tasks this process held wait for their leases',
-      );
+    const ownDir = join(this.#cfg.dataDir, `agent-${this.#cfg.name}`);
+    const previous = previousBootId(ownDir);
     // The first attempt is waited for (up to TRANSCODER_HANG_MS), so the first birth names the transcoder.
     await this.#search.start();
     const session = new AgentSession({
@@ -263,7 +259,7 @@ export class FleetAgent {
       outbox: this.#outbox,
       logger: this.#base,
       bootId: this.#bootId,
-      ...(boot.previous ? { previousBootId: boot.previous } : {}),
+      ...(previous ? { previousBootId: previous } : {}),
     });
     this.#session = session;
     session.on('inbox', (m) => this.#onInbox(m));
@@ -276,7 +272,18 @@ export class FleetAgent {
         ),
     });
     session.on('refused', (code) => this.#brokerRefused(code));
+    let bootIdKept = false;
     session.on('connection', (up) => {
+      if (up && !bootIdKept) {
+        // Once the control plane can have heard of this process: the next restart names it.
+        bootIdKept = true;
+        const error = keepBootId(ownDir, this.#bootId);
+        if (error)
+          this.#log.warn(
+            { error },
+            'cannot keep the boot id in the data dir: after a restart, the tasks this process held wait for their leases',
+          );
+      }
       if (!up) {
         this.#disconnectedAt ??= performance.now();
         return;

@@ -9,7 +9,7 @@ import { describe, expect, it } from 'vitest';
 import { sampleBirth } from '../broker/test-brokers.ts';
 import { taskLogs, tasks } from '../db/schema.ts';
 import { createTask } from '../services/tasks.ts';
-import { useTestFleets } from './fake-mqtt.ts';
+import { startTestFleet, useTestFleets } from './fake-mqtt.ts';
 
 const GRACE_MS = 200;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -68,6 +68,25 @@ describe('a hello from a new process of an agent', () => {
     expect(await row()).toMatchObject({ status: 'RUNNING', attempt: 1 });
   });
 
+  it('also after the control plane restarted in between (it reads the process before from the database)', async () => {
+    const first = await claimedByBoot1();
+    await first.fleet.stop();
+    const again = await startTestFleet(first.database, { helloGraceMs: GRACE_MS });
+    again.mqtt.emit('connection', true);
+    try {
+      await again.mqtt.birth('a1', { ...sampleBirth('a1'), bootId: 'boot-2' });
+      await again.mqtt.hello('a1', { bootId: 'boot-2', running: [], ts: 3 });
+      await sleep(GRACE_MS * 4);
+      expect(await first.row()).toMatchObject({ status: 'RUNNING', attempt: 1 });
+      // boot-1 comes back (thawed): it held the name first, so boot-2 is the one refused.
+      await again.mqtt.birth('a1', { ...sampleBirth('a1'), bootId: 'boot-1' });
+      const refused = again.mqtt.sent.filter((m) => m.message.type === 'refused').map((m) => m.message);
+      expect(refused).toMatchObject([{ bootId: 'boot-2' }]);
+    } finally {
+      await again.fleet.stop();
+    }
+  });
+
   it('requeues them after the grace when it is the restart of that process on its box', async () => {
     const { row, secondProcess, task, database } = await claimedByBoot1();
     await secondProcess('boot-1');
@@ -82,7 +101,7 @@ describe('a hello from a new process of an agent', () => {
       {
         step: 'control-plane',
         attempt: 1,
-        text: 'attempt 1 went back to the queue: agent a1 was lost (agent a1 restarted without it)',
+        text: 'attempt 1 went back to the queue: agent a1 was lost (its process restarted without it)',
       },
     ]);
   });

@@ -400,6 +400,13 @@ export class Fleet implements FleetHooks {
       return;
     }
     if (birth.state === 'online') {
+      const [before] = await this.#ctx.database.db
+        .select({ bootId: agents.bootId, hostname: agents.hostname, lastSeen: agents.lastSeen })
+        .from(agents)
+        .where(eq(agents.name, name));
+      if (this.#stopped) return;
+      if (before && before.bootId !== birth.bootId)
+        this.#names.remember(name, before.bootId, before.hostname, before.lastSeen, this.#ctx.now());
       const refuse = this.#names.birth(name, birth.bootId, birth.hostname, this.#ctx.now());
       if (refuse) {
         const fields = { agent: name, refused: refuse.bootId, hostname: birth.hostname };
@@ -467,7 +474,8 @@ export class Fleet implements FleetHooks {
     } else if (lost.length && !this.#stopped) {
       const timer = setTimeout(() => {
         this.#helloTimers.delete(timer);
-        void this.#queued(name, () => this.#requeueLost(name, agent.id, hello.bootId, lost)).catch(
+        const why = before === null ? 'it no longer runs it' : 'its process restarted without it';
+        void this.#queued(name, () => this.#requeueLost(name, agent.id, hello.bootId, lost, why)).catch(
           (err: unknown) => this.#failed(err, { agent: name }, 'reconciling tasks after a hello failed'),
         );
       }, this.#o.helloGraceMs ?? HELLO_REQUEUE_GRACE_MS);
@@ -485,6 +493,7 @@ export class Fleet implements FleetHooks {
     agentId: string,
     bootId: string,
     lost: { id: string; attempt: number; leaseExpiresAt: number }[],
+    why: string,
   ): Promise<void> {
     if (this.#stopped || this.#names.isRefused(bootId)) return;
     const still = await this.#ctx.database.db
@@ -499,7 +508,7 @@ export class Fleet implements FleetHooks {
       )
       .map((t) => t.id);
     if (!onlyIds.length) return;
-    const r = await sweepExpiredLeases(this.#ctx, { onlyIds, reason: `agent ${name} restarted without it` });
+    const r = await sweepExpiredLeases(this.#ctx, { onlyIds, reason: why });
     this.#log.warn({ agent: name, ...r }, 'reconciled tasks the agent no longer runs');
     this.workAvailable();
   }

@@ -71,6 +71,19 @@ export class NameClaims {
   }
 
   /**
+   * Process `bootId` held `name` until `last` as the database has it (the agent's row, read before a
+   * birth from another process overwrites it): after the control plane's own restart, this memory is
+   * empty, and a new process would otherwise look like the first holder of the name.
+   */
+  remember(name: string, bootId: string, hostname: string, last: number, now: number): void {
+    if (!bootId || now - last > NAME_CLAIM_WINDOW_MS || this.#refused.has(bootId)) return;
+    const holders = this.#holders.get(name) ?? [];
+    if (holders.some((h) => h.bootId === bootId)) return;
+    holders.push({ bootId, hostname, first: last, last });
+    this.#holders.set(name, holders);
+  }
+
+  /**
    * The process other than `bootId` that held `name` most recently (within NAME_CLAIM_WINDOW_MS and
    * not refused), or null: whose tasks a hello from `bootId` that does not list them may be about.
    */
