@@ -102,21 +102,42 @@ describe('yieldsFor', () => {
     expect(yieldsFor('a2', folders, agentOf)).toEqual([]);
   });
 
+  it('leaves pinned folders to each other when an unpinned folder declares their tree shared', () => {
+    const folders = [
+      named('inner', '/wf/outer/q/p', { agent: 'enc-p', createdAt: 1 }),
+      named('outer', '/wf/outer', { createdAt: 2 }),
+      named('qfolder', '/wf/outer/q', { agent: 'a2', createdAt: 3 }),
+    ];
+    // enc-p is offline: the group goes to qfolder's agent, inner to none.
+    const plan = planOf(folders);
+    expect(plan).toEqual({ inner: null, outer: 'a2', qfolder: 'a2' });
+    const agentOf = (f: WatchfolderRow) => plan[f.id] ?? null;
+    // qfolder (pinned) leaves q/p to inner (pinned elsewhere): the files wait for enc-p.
+    expect(yieldsFor('a2', folders, agentOf).map((y) => [y.id, y.overlaps])).toEqual([
+      ['inner', ['outer', 'qfolder']],
+    ]);
+  });
+
   it('leaves folders pinned to two agents alone: same-named folders on two boxes are two folders', () => {
     const folders = [
       named('a-local', '/srv/ingest', { agent: 'a1' }),
       named('b-local', '/srv/ingest/x', { agent: 'a2' }),
-      named('shared', '/srv/ingest/x/y'),
     ];
     const plan = planOf(folders);
-    expect(plan).toEqual({ 'a-local': 'a1', 'b-local': 'a2', shared: 'a1' });
+    expect(plan).toEqual({ 'a-local': 'a1', 'b-local': 'a2' });
     const agentOf = (f: WatchfolderRow) => plan[f.id] ?? null;
-    // a1's pinned `a-local` leaves nothing to a2's pinned `b-local`; its unpinned `shared` overlaps it.
-    expect(yieldsFor('a1', folders, agentOf).map((y) => [y.id, y.overlaps])).toEqual([
-      ['b-local', ['shared']],
+    expect(yieldsFor('a1', folders, agentOf)).toEqual([]);
+    expect(yieldsFor('a2', folders, agentOf)).toEqual([]);
+    // An unpinned folder over them says the tree is one shared volume: then a1 leaves x to b-local.
+    const withShared = [...folders, named('shared', '/srv/ingest/x/y')];
+    const plan2 = planOf(withShared);
+    expect(plan2).toEqual({ 'a-local': 'a1', 'b-local': 'a2', shared: 'a1' });
+    const agentOf2 = (f: WatchfolderRow) => plan2[f.id] ?? null;
+    expect(yieldsFor('a1', withShared, agentOf2).map((y) => [y.id, y.overlaps])).toEqual([
+      ['b-local', ['a-local', 'shared']],
     ]);
-    // a2's `b-local` holds a1's unpinned `shared`.
-    expect(yieldsFor('a2', folders, agentOf).map((y) => [y.id, y.overlaps])).toEqual([
+    expect(yieldsFor('a2', withShared, agentOf2).map((y) => [y.id, y.overlaps])).toEqual([
+      ['a-local', ['b-local']],
       ['shared', ['b-local']],
     ]);
   });

@@ -96,8 +96,8 @@ export const toAssignment = (wf: WatchfolderRow): WatchfolderAssignment => ({
  * The watchfolders whose files an agent leaves alone although they lie in (or are) a folder it scans:
  * those its folders overlap that it does not scan itself, the group's members pinned to another agent
  * (or to one that is offline: their files wait for it rather than go to the outer folder's preset).
- * Two folders both pinned, to different agents, are left alone: boxes with folders of the same name
- * are not one folder.
+ * Two folders both pinned, to different agents, are left alone (boxes with folders of the same name
+ * are not one folder) unless an unpinned folder overlaps them too, which declares the tree shared.
  */
 export function yieldsFor(
   agentId: string,
@@ -106,12 +106,16 @@ export function yieldsFor(
 ): WatchfolderYield[] {
   const mine = folders.filter((f) => agentOf(f) === agentId);
   if (!mine.length) return [];
+  // A group with an unpinned member is one shared volume (any agent may scan that member): there two
+  // pinned members are one folder tree too, and leave each other's files alone.
+  const groupOf = overlapGroups(folders);
+  const shared = new Set(folders.filter((f) => !f.agent).map((f) => groupOf.get(f.id)));
+  const sameVolume = (m: WatchfolderRow, o: WatchfolderRow) =>
+    !(m.agent && o.agent) || shared.has(groupOf.get(m.id));
   const yields: WatchfolderYield[] = [];
   for (const o of folders) {
     if (agentOf(o) === agentId) continue;
-    const overlaps = mine
-      .filter((m) => !(m.agent && o.agent) && foldersOverlap(m.path, o.path))
-      .map((m) => m.id);
+    const overlaps = mine.filter((m) => foldersOverlap(m.path, o.path) && sameVolume(m, o)).map((m) => m.id);
     if (overlaps.length)
       yields.push({
         id: o.id,
