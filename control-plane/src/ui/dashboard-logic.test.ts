@@ -55,6 +55,7 @@ type Task = {
   progress: number;
   remaining: number;
   error: string;
+  waitingFor?: string;
   attempt: number;
   agent: { id: string; name: string } | null;
   createdAt: number;
@@ -218,6 +219,24 @@ describe('mergeTaskEvent', () => {
     ...over,
   });
   const ids = (m: Merge) => m.view.tasks.map((t) => t.name);
+
+  it('keeps a queued task’s waitingFor when an event (which never carries it) replaces the row', () => {
+    const a = task({ waitingFor: 'no agent offers gpu (its requires): connect one that has it' });
+    const again = merge(view([a]), 'task.updated', {
+      ...a,
+      updatedAt: a.updatedAt + 1,
+      waitingFor: undefined,
+    });
+    expect(again.view.tasks[0]?.waitingFor).toBe(a.waitingFor);
+    // Claimed: it no longer waits.
+    const claimed = merge(view([a]), 'task.updated', {
+      ...a,
+      status: 'RUNNING',
+      updatedAt: a.updatedAt + 1,
+      waitingFor: undefined,
+    });
+    expect(claimed.view.tasks[0]?.waitingFor).toBeUndefined();
+  });
 
   it('adds a created task at the top of the first page, keeping the page size', () => {
     const [a, b] = [task(), task()];

@@ -200,6 +200,24 @@ function onTaskEvent(e) {
   const emptied = view.page > 0 && view.tasks.length === 0;
   if ((r.resync || emptied) && !pending) scheduleResync();
   if (logsTask?.id === e.task.id) onLogsTaskEvent(e);
+  const shown = view.tasks.find((t) => t.id === e.task.id);
+  if (shown?.status === 'QUEUED' && !shown.waitingFor) {
+    unreadWaiting.add(shown.id);
+    if (waitingTimer === 0) waitingTimer = setTimeout(checkWaiting, WAITING_CHECK_MS);
+  }
+}
+
+// A queued task's `waitingFor` comes with the API's reads, not with events: a task that came by an event
+// and is still queued a moment later (not claimed at once) is read again with the list, once.
+const WAITING_CHECK_MS = 1_500;
+/** Ids of queued tasks shown as an event brought them (without `waitingFor`). */
+const unreadWaiting = new Set();
+let waitingTimer = 0;
+function checkWaiting() {
+  waitingTimer = 0;
+  const still = view.tasks.some((t) => unreadWaiting.has(t.id) && t.status === 'QUEUED');
+  unreadWaiting.clear();
+  if (still && !needsToken) loadTasks();
 }
 
 /** @type {Map<string, HTMLTableRowElement>} */

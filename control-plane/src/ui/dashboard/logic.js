@@ -475,7 +475,11 @@ export function mergeTaskEvent(view, event, task) {
     if (current && task.updatedAt < current.updatedAt) return unchanged;
     if (!matches) return remove();
     const tasks = view.tasks.slice();
-    tasks[index] = task;
+    // Events do not carry `waitingFor` (the API's reads work it out): a task still queued keeps it.
+    tasks[index] =
+      task.status === 'QUEUED' && current?.status === 'QUEUED' && current.waitingFor && !task.waitingFor
+        ? { ...task, waitingFor: current.waitingFor }
+        : task;
     return result(tasks, view.total, false);
   }
   if (!matches) {
