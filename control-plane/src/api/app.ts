@@ -162,7 +162,18 @@ export function createApp(deps: AppDeps) {
     if (length !== undefined && c.req.header('transfer-encoding') === undefined) {
       return Number.parseInt(length || '0', 10) > deps.bodyLimit ? tooLarge() : next();
     }
-    return limitBody(c, next);
+    // hono's bodyLimit reads a body without Content-Length before the route runs: a failure while it
+    // reads is the client's (it went away), not the database's, whose lost connections are ECONNRESET too.
+    let routeRuns = false;
+    try {
+      return await limitBody(c, () => {
+        routeRuns = true;
+        return next();
+      });
+    } catch (err) {
+      if (routeRuns || err instanceof HttpError) throw err;
+      throw new HttpError(400, 'REQUEST_ABORTED', 'Bad Request', 'the request body was cut off');
+    }
   });
 
   app.use('/api/*', async (c, next) => {
@@ -205,12 +216,6 @@ export function createApp(deps: AppDeps) {
   );
   app.onError((err, c) => {
     if (err instanceof HttpError) return problem(c, err);
-    // The client went away, or sent a body Node could not parse, while it was read: not a server error
-    // (Node answers a malformed body itself, as client-errors.ts words it).
-    if ((err as NodeJS.ErrnoException).code === 'ECONNRESET') {
-      logger.debug({ err, requestId: c.get('requestId'), path: c.req.path }, 'request body aborted');
-      return problem(c, new HttpError(400, 'REQUEST_ABORTED', 'Bad Request', 'the request body was cut off'));
-    }
     // The database's fault, not the request's: a 503 the client may retry, and a short log line
     // instead of the failed statement with its parameters.
     const unavailable = databaseUnavailableReason(err);

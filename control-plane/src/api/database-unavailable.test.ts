@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { expectProblem, VALID } from '../../../test/api/support.ts';
+import { expectProblem, UNKNOWN_ID, VALID } from '../../../test/api/support.ts';
 import { createTestApp } from '../../../test/helpers/app.ts';
 import { databaseOutage, defaultDbKind } from '../../../test/helpers/db.ts';
 import { databaseUnavailableReason } from '../db/errors.ts';
@@ -26,6 +26,29 @@ describe('the database unavailable under the API', () => {
         expect(res.headers.get('retry-after')).toBe('5');
         const p = await expectProblem(res, 503, 'DATABASE_UNAVAILABLE');
         expect(p.detail).toContain('the embedded database is closed');
+      }
+    } finally {
+      await t.close().catch(() => {});
+    }
+  });
+
+  it('503, not 400 REQUEST_ABORTED, when the database connection is reset under a route without a body', async () => {
+    const t = await createTestApp({ kind: 'pglite' });
+    try {
+      // What postgres.js throws when a proxy or load balancer in front of PostgreSQL resets the connection.
+      const reset = () =>
+        Promise.reject(
+          Object.assign(new Error('read ECONNRESET'), { code: 'ECONNRESET', errno: -104, syscall: 'read' }),
+        );
+      (t.ctx.database.db as unknown as { transaction: () => Promise<never> }).transaction = reset;
+      for (const [method, path] of [
+        ['DELETE', `/api/v1/webhooks/${UNKNOWN_ID}`],
+        ['PATCH', `/api/v1/tasks/${UNKNOWN_ID}/cancel`],
+        ['DELETE', `/api/v1/presets/${UNKNOWN_ID}`],
+      ] as const) {
+        const res = await t.call(method, path);
+        expect(res.headers.get('retry-after'), `${method} ${path}`).toBe('5');
+        await expectProblem(res, 503, 'DATABASE_UNAVAILABLE');
       }
     } finally {
       await t.close().catch(() => {});

@@ -48,6 +48,21 @@ describe('error responses', () => {
       } as RequestInit),
     );
     await expectProblem(r, 400, 'REQUEST_ABORTED');
+    // With a Content-Length the route reads the body itself (not the body-limit middleware).
+    const counted = await t.app.fetch(
+      new Request('http://127.0.0.1/api/v1/presets', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'content-length': '100' },
+        body: new ReadableStream({
+          start(controller) {
+            controller.enqueue(new TextEncoder().encode('{"name":'));
+            controller.error(Object.assign(new Error('aborted'), { code: 'ECONNRESET' }));
+          },
+        }),
+        duplex: 'half',
+      } as RequestInit),
+    );
+    await expectProblem(counted, 400, 'REQUEST_ABORTED');
   });
 
   it('422 when the JSON is not an object', async () => {

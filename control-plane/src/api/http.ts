@@ -133,7 +133,16 @@ export async function parseJsonBody<T>(
       `Content-Encoding ${JSON.stringify(encoding)} is not accepted; send the JSON body uncompressed`,
     );
   }
-  const raw = await c.req.text();
+  let raw: string;
+  try {
+    raw = await c.req.text();
+  } catch (err) {
+    // Reading the body failed: the client went away (ECONNRESET, possibly wrapped by the body-limit
+    // stream) or its body was too large. The request's fault, not the server's, and not the database's,
+    // whose lost connections are ECONNRESET too and a 503 to retry: so it is said here, where it is known.
+    if (err instanceof HttpError) throw err;
+    throw new HttpError(400, 'REQUEST_ABORTED', 'Bad Request', 'the request body was cut off');
+  }
   if (raw.trim() === '')
     throw new BadRequestError('MALFORMED_JSON', 'the request body is empty; a JSON object was expected');
   let json: unknown;
