@@ -53,7 +53,12 @@ export function parseClock(value: string): number | null {
 /** What {@link ProgressParser.push} returns for a line that is no `key=value` of a progress block. */
 export const NOT_PROGRESS = 'not-progress' as const;
 
-const PROGRESS_KEY = /^[a-z][a-z0-9_]*$/;
+/**
+ * The keys of ffmpeg's `-progress` blocks (4.x–7.x): a `key=value` line with another key is output of
+ * its own (`-f ffmetadata -` prints `title=…`), for the log.
+ */
+const PROGRESS_KEY =
+  /^(?:frame|fps|bitrate|total_size|out_time(?:_us|_ms)?|dup_frames|drop_frames|speed|progress|stream_\d+_\d+_[a-z0-9_]+)$/;
 
 export class ProgressParser {
   private block = new Map<string, string>();

@@ -353,7 +353,7 @@ describe('runTask: success', () => {
   it("logs what the transcoder prints to stdout besides its progress (-version, a muxer writing to '-')", async () => {
     const { result, reporter } = await fx.run({
       command: {
-        raw: '-hide_banner -version && ${TRANSCODER} -i ${INPUT_FILE} -frames:v 2 -f framemd5 -',
+        raw: '-hide_banner -version && ${TRANSCODER} -i ${INPUT_FILE} -frames:v 2 -f framemd5 - && ${TRANSCODER} -f lavfi -i sine=duration=0.2 -f ffmetadata -metadata title=hello -',
         resolved: '',
       },
       outputFile: { raw: '', resolved: '' },
@@ -362,6 +362,9 @@ describe('runTask: success', () => {
     const out = reporter.text('transcoder');
     expect(out).toMatch(/^ffmpeg version /m);
     expect(out).toContain('#format: frame checksums');
+    // A muxer's own key=value lines are output, not progress.
+    expect(out).toMatch(/^;FFMETADATA1$/m);
+    expect(out).toMatch(/^title=hello$/m);
     expect(out.match(/^0, +[01], +[01], +1, +\d+, [0-9a-f]{32}$/gm)).toHaveLength(2);
     // The progress blocks stay out of the log.
     expect(out).not.toMatch(/^progress=/m);
