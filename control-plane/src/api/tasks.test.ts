@@ -12,7 +12,7 @@ import {
   VALID,
 } from '../../../test/api/support.ts';
 import { useTestApp } from '../../../test/helpers/app.ts';
-import { taskLogs, tasks } from '../db/schema.ts';
+import { presets, taskLogs, tasks } from '../db/schema.ts';
 import { CANCEL_ANSWER_WAIT_MS, taskEventData } from '../services/tasks.ts';
 
 describe('task routes', () => {
@@ -25,6 +25,31 @@ describe('task routes', () => {
     t.db.db.update(tasks).set(patch).where(eq(tasks.id, id));
 
   describe('POST /api/v1/tasks', () => {
+    it('refuses a preset whose stored requires holds a bare capability prefix (saved before it was refused)', async () => {
+      const preset = await json(
+        await t.call('POST', '/api/v1/presets', { name: 'old-gpu', command: '-i a b' }),
+        201,
+      );
+      await t.db.db
+        .update(presets)
+        .set({ requires: ['gpu', 'encoder:'] })
+        .where(eq(presets.id, preset.id));
+      const p = await expectProblem(
+        await t.call('POST', '/api/v1/tasks', { preset: preset.id }),
+        422,
+        'VALIDATION_FAILED',
+      );
+      expect(p.errors).toEqual([
+        {
+          path: 'preset',
+          message:
+            'the preset\'s requires holds "encoder:", which no agent can offer: fix the preset (PUT /api/v1/presets/{id})',
+        },
+      ]);
+      // The task's own requires wins over the preset's.
+      await create({ preset: preset.id, requires: ['gpu'] });
+    });
+
     it('creates a queued task: 201, Location and the full task object', async () => {
       const before = Date.now();
       const res = await t.call('POST', '/api/v1/tasks', {

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { basename } from 'node:path';
-import { checkCommand, type TaskCreate } from '@ffleet/shared';
+import { checkCommand, Requirement, type TaskCreate } from '@ffleet/shared';
 import { asJsonb, type PresetRow, type TaskRow } from '../db/mappers.ts';
 import type { StoredStep, tasks } from '../db/schema.ts';
 
@@ -80,6 +80,17 @@ export function buildTaskRow(
     const checked = checkCommand(command);
     if (!checked.ok) issues.push({ path: 'command', message: checked.error });
   }
+  // A preset saved before bare capability prefixes were refused may still hold one: the task would
+  // wait forever, so it is refused here too, naming the preset to fix.
+  const bare =
+    input.requires === undefined
+      ? preset?.requires.find((r) => !Requirement.safeParse(r).success)
+      : undefined;
+  if (bare !== undefined)
+    issues.push({
+      path: 'preset',
+      message: `the preset's requires holds "${bare}", which no agent can offer: fix the preset (PUT /api/v1/presets/{id})`,
+    });
   if (issues.length > 0) return { ok: false, issues };
 
   // A step left out or `null` is the preset's (FFmate takes a task's null as not given); `{}` is a step
