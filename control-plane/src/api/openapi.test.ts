@@ -535,6 +535,23 @@ describe('statuses the document lists', () => {
     await expectDocumented(doc, 'PATCH', '/api/v1/tasks/{id}/cancel', again);
   });
 
+  it('413 for a too large body is listed also where the route reads no body', async () => {
+    const big = JSON.stringify({ pad: 'x'.repeat(2 * 1024 * 1024) });
+    for (const [method, path, real] of [
+      ['DELETE', '/api/v1/webhooks/{id}', `/api/v1/webhooks/${randomUUID()}`],
+      ['PATCH', '/api/v1/tasks/{id}/cancel', `/api/v1/tasks/${randomUUID()}/cancel`],
+      [
+        'POST',
+        '/api/v1/webhooks/executions/{id}/redeliver',
+        `/api/v1/webhooks/executions/${randomUUID()}/redeliver`,
+      ],
+    ] as const) {
+      const res = await t.call(method, real, big);
+      expect(res.status, `${method} ${real}`).toBe(413);
+      await expectDocumented(doc, method, path, res);
+    }
+  });
+
   it('403 ORIGIN_NOT_ALLOWED for a change asked by a page of another origin is listed', async () => {
     const preset = await json(await t.call('POST', '/api/v1/presets', VALID.preset()), 201);
     const origin = { Origin: 'https://elsewhere.example' };

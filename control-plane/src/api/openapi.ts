@@ -145,7 +145,7 @@ const QUERY_DOCS: Record<string, { schema?: object; description: string }> = {
     description: "only the attempts of this delivery (one event's retries to one target)",
   },
   events: {
-    description: `comma-separated event names to receive (${S.EventName.options.join(', ')}); blank: all`,
+    description: `comma-separated event names to receive (${S.EventName.options.join(', ')}); given more than once, the lists together; blank: all`,
   },
   lastEventId: { description: LAST_EVENT_ID },
 };
@@ -687,6 +687,9 @@ export function buildOpenApi(version: string) {
         '415': problem('not JSON'),
         '422': problem('validation failed'),
       });
+    // Every write to /api/* passes the body limit, also where the route reads no body.
+    if (!op.body && op.method !== 'get' && op.path.startsWith('/api/'))
+      responses['413'] = problem('a body (which this route does not read) too large');
     if (op.query) responses['400'] = problem('bad query');
     if (op.path.includes('{id}')) responses['404'] = problem('unknown id');
     if (idempotent) {
