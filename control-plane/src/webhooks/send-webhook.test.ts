@@ -158,6 +158,16 @@ describe.each(clients)('sendWebhook via %s', (_name, client) => {
   });
 });
 
+/** A receiver that reads each request and answers 204 (not listening yet). */
+const noContentReceiver = () =>
+  createHttpServer((req, res) => {
+    req.resume();
+    req.on('end', () => {
+      res.writeHead(204);
+      res.end();
+    });
+  });
+
 describe('sendWebhook built-in client', () => {
   const base = {
     eventId: '7c1a8f3e-0000-4000-8000-000000000001',
@@ -169,13 +179,7 @@ describe('sendWebhook built-in client', () => {
   };
 
   it('reuses one keep-alive connection for consecutive attempts to the same receiver', async () => {
-    const server = createHttpServer((req, res) => {
-      req.resume();
-      req.on('end', () => {
-        res.writeHead(204);
-        res.end();
-      });
-    });
+    const server = noContentReceiver();
     let connections = 0;
     server.on('connection', () => connections++);
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
@@ -190,13 +194,7 @@ describe('sendWebhook built-in client', () => {
   });
 
   it('delivers to a port fetch refuses (its "bad ports"): a receiver may listen there', async () => {
-    const server = createHttpServer((req, res) => {
-      req.resume();
-      req.on('end', () => {
-        res.writeHead(204);
-        res.end();
-      });
-    });
+    const server = noContentReceiver();
     // The first of fetch's bad ports free here.
     let port = 0;
     for (const candidate of [6665, 6666, 6667, 6668, 6669, 6679, 6697, 10080, 6000, 6566, 5060, 5061]) {
