@@ -5,7 +5,7 @@ import { type ClaimedTask, Problem, type TaskReport } from '@ffleet/shared';
 import { type SQL, sql } from 'drizzle-orm';
 import { expect } from 'vitest';
 import type { Database } from '../../control-plane/src/db/client.ts';
-import { agents } from '../../control-plane/src/db/schema.ts';
+import { agents, deliveries, webhookExecutions } from '../../control-plane/src/db/schema.ts';
 import { claimTasksIn } from '../../control-plane/src/scheduler/claim.ts';
 import { GroupCommit } from '../../control-plane/src/scheduler/group-commit.ts';
 import { applyReportIn } from '../../control-plane/src/scheduler/reports.ts';
@@ -211,4 +211,47 @@ export const UNKNOWN_ID = '00000000-0000-4000-8000-000000000000';
  */
 export function appVariant(t: TestApp, opts: Parameters<typeof buildApp>[3]) {
   return buildApp(t.ctx, t.bus, t.db, opts);
+}
+
+/**
+ * A failed attempt of a delivery as the dispatcher leaves it (the delivery row, 4 attempts, and its
+ * last execution), to redeliver. Returns the execution's and the delivery's ids.
+ */
+export async function insertFailedAttempt(
+  db: Database,
+  d: { webhookId: string | null; url: string; secret: string | null },
+): Promise<{ executionId: string; deliveryId: string }> {
+  const deliveryId = randomUUID();
+  const executionId = randomUUID();
+  const source = d.webhookId ? 'global' : 'direct';
+  const at = 1_700_000_000_000;
+  await db.db.insert(deliveries).values({
+    id: deliveryId,
+    eventId: randomUUID(),
+    event: 'preset.updated',
+    source,
+    state: 'failed',
+    attempts: 4,
+    nextAttemptAt: 0,
+    lockedUntil: 0,
+    createdAt: at,
+    updatedAt: at,
+    ...d,
+  });
+  await db.db.insert(webhookExecutions).values({
+    id: executionId,
+    deliveryId,
+    webhookId: d.webhookId,
+    source,
+    event: 'preset.updated',
+    url: d.url,
+    attempt: 4,
+    request: { method: 'POST', headers: {}, body: '{}' },
+    response: null,
+    error: 'ECONNREFUSED',
+    success: false,
+    durationMs: 1,
+    createdAt: at,
+  });
+  return { executionId, deliveryId };
 }

@@ -1,9 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import pino from 'pino';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { appVariant, expectProblem, json, VALID } from '../../../test/api/support.ts';
+import { appVariant, expectProblem, insertFailedAttempt, json, VALID } from '../../../test/api/support.ts';
 import { createTestApp, testRedeliver, useTestApp } from '../../../test/helpers/app.ts';
-import { deliveries, webhookExecutions } from '../db/schema.ts';
 import { EventBus } from '../events/event-bus.ts';
 import { noFleet } from '../services/context.ts';
 import { createApp } from './app.ts';
@@ -404,40 +403,11 @@ describe('bodies the document describes', () => {
       201,
     );
     for (const webhookId of [hook.id as string, null]) {
-      const deliveryId = randomUUID();
-      const executionId = randomUUID();
       const source = webhookId ? 'global' : 'direct';
-      const at = 1_700_000_000_000;
-      const url = 'http://127.0.0.1:9/hook';
-      await t.db.db.insert(deliveries).values({
-        id: deliveryId,
-        eventId: randomUUID(),
-        event: 'preset.updated',
-        source,
+      const { executionId } = await insertFailedAttempt(t.db, {
         webhookId,
-        url,
+        url: 'http://127.0.0.1:9/hook',
         secret: null,
-        state: 'failed',
-        attempts: 4,
-        nextAttemptAt: 0,
-        lockedUntil: 0,
-        createdAt: at,
-        updatedAt: at,
-      });
-      await t.db.db.insert(webhookExecutions).values({
-        id: executionId,
-        deliveryId,
-        webhookId,
-        source,
-        event: 'preset.updated',
-        url,
-        attempt: 4,
-        request: { method: 'POST', headers: {}, body: '{}' },
-        response: null,
-        error: 'ECONNREFUSED',
-        success: false,
-        durationMs: 1,
-        createdAt: at,
       });
       const path = '/api/v1/webhooks/executions/{id}/redeliver';
       const res = await t.call('POST', `/api/v1/webhooks/executions/${executionId}/redeliver`);

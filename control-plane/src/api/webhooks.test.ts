@@ -7,6 +7,7 @@ import {
   errorPaths,
   eventRows,
   expectProblem,
+  insertFailedAttempt,
   json,
   readList,
   UNKNOWN_ID,
@@ -301,40 +302,8 @@ describe('webhook execution routes', () => {
   });
 
   /** An attempt of a delivery as the dispatcher leaves them: the delivery row and its execution. */
-  async function attempted(d: { webhookId: string | null; url: string; secret: string | null }) {
-    const deliveryId = randomUUID();
-    const executionId = randomUUID();
-    const source = d.webhookId ? 'global' : 'direct';
-    await t.db.db.insert(deliveries).values({
-      id: deliveryId,
-      eventId: randomUUID(),
-      event: 'preset.updated',
-      source,
-      state: 'failed',
-      attempts: 4,
-      nextAttemptAt: 0,
-      lockedUntil: 0,
-      createdAt: 1_700_000_000_000,
-      updatedAt: 1_700_000_000_000,
-      ...d,
-    });
-    await t.db.db.insert(webhookExecutions).values({
-      id: executionId,
-      deliveryId,
-      webhookId: d.webhookId,
-      source,
-      event: 'preset.updated',
-      url: d.url,
-      attempt: 4,
-      request: { method: 'POST', headers: {}, body: '{}' },
-      response: null,
-      error: 'ECONNREFUSED',
-      success: false,
-      durationMs: 1,
-      createdAt: 1_700_000_000_000,
-    });
-    return executionId;
-  }
+  const attempted = async (d: { webhookId: string | null; url: string; secret: string | null }) =>
+    (await insertFailedAttempt(t.db, d)).executionId;
 
   const secretOf = async (deliveryId: string) =>
     (await t.db.db.select().from(deliveries)).find((d) => d.id === deliveryId)?.secret;
