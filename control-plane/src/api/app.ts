@@ -13,7 +13,7 @@ import { type AgentTokenIssuer, agentsApi } from './agents.ts';
 import type { ApiEnv } from './app-env.ts';
 import { batchesApi } from './batches.ts';
 import { type CorsPolicy, cors } from './cors.ts';
-import { HttpError, problemBody, UnauthorizedError } from './errors.ts';
+import { DATABASE_RETRY_AFTER_S, HttpError, problemBody, UnauthorizedError } from './errors.ts';
 import { eventStream } from './events-stream.ts';
 import { checkQueryText } from './http.ts';
 import type { Metrics } from './metrics.ts';
@@ -85,9 +85,6 @@ function problem(c: Context, err: HttpError, headers: Record<string, string> = {
 }
 
 /** Build the HTTP app. Never binds a port. */
-
-/** Seconds a client is asked to wait before retrying a request the database could not serve. */
-const DATABASE_RETRY_AFTER_S = 5;
 
 export function createApp(deps: AppDeps) {
   const app = new Hono<ApiEnv>();

@@ -64,3 +64,6 @@ export function problemBody(
     ...(errors?.length ? { errors } : {}),
   };
 }
+
+/** Seconds a client is asked to wait before retrying a request the database could not serve. */
+export const DATABASE_RETRY_AFTER_S = 5;

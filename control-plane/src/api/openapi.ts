@@ -1,6 +1,7 @@
 import * as S from '@ffleet/shared';
 import { z } from 'zod';
 import type { QueuedDelivery as QueuedDeliveryType } from '../webhooks/redeliver.ts';
+import { DATABASE_RETRY_AFTER_S } from './errors.ts';
 import type { healthFacts } from './health-facts.ts';
 import { PRESET_READ_ONLY } from './presets.ts';
 import { isPublicPath } from './public-paths.ts';
@@ -564,7 +565,7 @@ const HEADERS = {
   RetryAfter: {
     description: 'seconds to wait before retrying',
     required: true,
-    schema: { type: 'integer', minimum: 0, examples: [5] },
+    schema: { type: 'integer', minimum: 0, examples: [DATABASE_RETRY_AFTER_S] },
   },
   XTotal: { schema: { type: 'integer' }, description: 'total matching rows' },
 };

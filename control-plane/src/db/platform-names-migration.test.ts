@@ -14,7 +14,8 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { type DbKind, TEST_PG_URL } from '../../../test/helpers/db.ts';
 import { dbKinds } from '../../../test/helpers/db-kinds.ts';
 import { EmittedEvents } from '../events/outbox.ts';
-import { agentCapabilities, claimTasksIn } from '../scheduler/claim.ts';
+import { agentCapabilities } from '../scheduler/capabilities.ts';
+import { claimTasksIn } from '../scheduler/claim.ts';
 import { type Database, type Db, MIGRATIONS_DIR, openDatabase } from './client.ts';
 
 /** The last migration 0.1.0 shipped: its databases are at this one. */

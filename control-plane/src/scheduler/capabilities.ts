@@ -44,3 +44,20 @@ export function offers(a: Parameters<typeof agentCapabilities>[0], r: string): b
   }
   return a.labels.includes(r) && reservedLabelProblem(r) === null;
 }
+
+/**
+ * Why an agent may not claim at all now, or '' when it may (how many tasks: its free slots, counted in
+ * the claim statement). The fleet's gate before a claim, and the reason a queued task shows.
+ */
+export function claimBlocker(a: {
+  online: boolean;
+  shuttingDown: boolean;
+  paused: boolean;
+  transcoder: unknown;
+}): '' | 'offline' | 'draining' | 'paused' | 'no working transcoder' {
+  if (!a.online) return 'offline';
+  if (a.shuttingDown) return 'draining';
+  if (a.paused) return 'paused';
+  if (!a.transcoder) return 'no working transcoder';
+  return '';
+}

@@ -4,7 +4,8 @@ import { insertAgent, json, VALID } from '../../../test/api/support.ts';
 import { useTestApp } from '../../../test/helpers/app.ts';
 import { dbKinds } from '../../../test/helpers/db-kinds.ts';
 import { textArrayLiteral } from '../db/array-literal.ts';
-import { agentCapabilities, claimTasksIn } from './claim.ts';
+import { agentCapabilities } from './capabilities.ts';
+import { claimTasksIn } from './claim.ts';
 import { GroupCommit } from './group-commit.ts';
 
 /** Values an agent's birth may carry as encoder or hwaccel names: anything a JSON string holds. */

@@ -159,5 +159,3 @@ export async function claimTasksIn(
   }
   return out;
 }
-
-export { agentCapabilities } from './capabilities.ts';

@@ -24,7 +24,8 @@ import {
   touchAgent,
   watchCandidates,
 } from './agent-registry.ts';
-import { agentCapabilities, type ClaimingAgent, claimTasksIn } from './claim.ts';
+import { agentCapabilities, claimBlocker } from './capabilities.ts';
+import { type ClaimingAgent, claimTasksIn } from './claim.ts';
 import { GroupCommit } from './group-commit.ts';
 import {
   extendRunningLeases,
@@ -728,7 +729,7 @@ export class Fleet implements FleetHooks {
    * slots minus running work, counted inside the claim statement (claimTasksIn, `slots`).
    */
   #mayClaim(agent: AgentRow): boolean {
-    return !agent.paused && agent.online && !agent.shuttingDown && !!agent.transcoder;
+    return claimBlocker(agent) === '';
   }
 
   #claiming(agent: AgentRow): ClaimingAgent {

@@ -4,7 +4,7 @@
  * checks each requirement list as tasks are queued and logs the ones no known agent (online or not)
  * satisfies. A list is checked at most once a minute and logged at most once in ten.
  */
-import { agentCapabilities } from './claim.ts';
+import { agentCapabilities } from './capabilities.ts';
 import { OncePer } from './once-per.ts';
 
 const CHECK_EVERY_MS = 60_000;

@@ -1,7 +1,7 @@
 import { reservedLabelProblem, type Task } from '@ffleet/shared';
 import { type AgentRow, effectiveLabels, effectiveSlots } from '../db/mappers.ts';
 import { agents } from '../db/schema.ts';
-import { offers } from '../scheduler/capabilities.ts';
+import { claimBlocker, offers } from '../scheduler/capabilities.ts';
 import type { ServiceContext } from './context.ts';
 
 type OfferingAgent = AgentRow & { labels: string[] };
@@ -13,15 +13,8 @@ const offeringOf = (known: readonly AgentRow[]): OfferingAgent[] =>
 /** Agents named in a reason, at most. */
 const NAMED = 5;
 
-/** Why the agent cannot claim now ('' when it can): what the claim checks besides `requires`. */
-function unavailable(a: AgentRow): string {
-  if (!a.online) return 'offline';
-  if (a.shuttingDown) return 'draining';
-  if (a.paused) return 'paused';
-  if (effectiveSlots(a) <= 0) return '0 slots';
-  if (a.transcoder === null) return 'no working transcoder';
-  return '';
-}
+/** Why the agent cannot claim now ('' when it can): the fleet's gate, and slots to claim with. */
+const unavailable = (a: AgentRow): string => claimBlocker(a) || (effectiveSlots(a) <= 0 ? '0 slots' : '');
 
 /**
  * Why a QUEUED task with these `requires` is not being claimed by any of `known` (every agent on
