@@ -207,6 +207,7 @@ export async function startControlPlane(
       logger,
       fleet: { cancelRunning() {}, workAvailable() {}, watchfoldersChanged() {}, agentChanged() {} },
       now: () => Date.now(),
+      ...(opts.localAgentName ? { localAgentName: opts.localAgentName } : {}),
     };
     // Stable per deployment (so the persistent session survives restarts), distinct between deployments
     // that share a broker.

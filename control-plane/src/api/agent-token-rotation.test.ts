@@ -109,6 +109,14 @@ describe('POST /api/v1/agents/{id}/token in a running control plane (embedded br
     // The local agent takes its token from the control plane: replacing it could only lock it out.
     await expectProblem(await rotate('local-box'), 409, 'LOCAL_AGENT');
     expect(cp!.ownAgentToken('local-box')).toBe(agentTokenFor(fleet, 'local-box'));
+    // The agents API says which agent that is, so a client (the dashboard) need not ask to find out.
+    await cp!.database.db.insert(agents).values({ id: randomUUID(), name: 'local-box' });
+    const read = async (path: string) =>
+      (await fetch(`http://127.0.0.1:${cp!.httpPort}/api/v1/agents${path}`, { headers: AUTH })).json();
+    expect(await read('/local-box')).toMatchObject({ name: 'local-box', local: true });
+    expect(await read('/encode-03')).toMatchObject({ name: 'encode-03', local: false });
+    const listed = (await read('?perPage=100')) as { name: string; local: boolean }[];
+    expect(listed.filter((a) => a.local).map((a) => a.name)).toEqual(['local-box']);
 
     // Kept in the database: after a restart the revoked tokens stay out.
     await Promise.all(clients.splice(0).map((c) => c.endAsync(true)));

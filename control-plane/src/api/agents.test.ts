@@ -80,6 +80,7 @@ describe('agent routes', () => {
       labels: ['cpu'],
       slots: 2,
       paused: false,
+      local: false,
       runningTasks: [task.id],
       lastSeen: a.lastSeen,
       connectedAt: a.connectedAt,

@@ -133,7 +133,7 @@ export function toExecution(r: ExecutionRow): WebhookExecution {
 export const effectiveLabels = (r: AgentRow): string[] => r.labelsOverride ?? r.reportedLabels ?? [];
 export const effectiveSlots = (r: AgentRow): number => r.slotsOverride ?? r.reportedSlots;
 
-export function toAgent(r: AgentRow, runningTasks: string[]): Agent {
+export function toAgent(r: AgentRow, runningTasks: string[], local = false): Agent {
   // Draining: paused by an operator, or shutting down on its own (SIGTERM); either way it claims nothing.
   const status: Agent['status'] = !r.online ? 'offline' : r.paused || r.shuttingDown ? 'draining' : 'online';
   return {
@@ -152,6 +152,7 @@ export function toAgent(r: AgentRow, runningTasks: string[]): Agent {
     labels: effectiveLabels(r),
     slots: effectiveSlots(r),
     paused: r.paused,
+    local,
     runningTasks,
     lastSeen: r.lastSeen,
     connectedAt: r.connectedAt,

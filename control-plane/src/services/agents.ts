@@ -9,7 +9,7 @@ import type { ServiceContext } from './context.ts';
 import { paginate } from './paginate.ts';
 import { isUuid } from './tasks.ts';
 
-async function withRunning(db: Db, rows: AgentRow[]): Promise<Agent[]> {
+async function withRunning(db: Db, rows: AgentRow[], localAgentName?: string): Promise<Agent[]> {
   const running = new Map<string, string[]>();
   const ids = rows.map((r) => r.id);
   if (ids.length) {
@@ -23,7 +23,7 @@ async function withRunning(db: Db, rows: AgentRow[]): Promise<Agent[]> {
       running.set(r.agentId!, list);
     }
   }
-  return rows.map((r) => toAgent(r, running.get(r.id) ?? []));
+  return rows.map((r) => toAgent(r, running.get(r.id) ?? [], r.name === localAgentName));
 }
 
 /** An agent by uuid or by its unique name. */
@@ -47,13 +47,13 @@ export async function listAgents(ctx: ServiceContext, page: PageQuery) {
     db.select({ n: count() }).from(agents),
     page,
   );
-  return { items: await withRunning(db, rows), total };
+  return { items: await withRunning(db, rows, ctx.localAgentName), total };
 }
 
 export async function getAgent(ctx: ServiceContext, id: string): Promise<Agent> {
   const r = await findAgentRow(ctx.database.db, id);
   if (!r) throw new NotFoundError('agent', id);
-  return (await withRunning(ctx.database.db, [r]))[0]!;
+  return (await withRunning(ctx.database.db, [r], ctx.localAgentName))[0]!;
 }
 
 /**

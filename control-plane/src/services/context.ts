@@ -36,6 +36,8 @@ export type ServiceContext = {
   logger: Logger;
   fleet: FleetHooks;
   now: () => number;
+  /** The agent this control plane runs in its own process (FFLEET_LOCAL_AGENT), if any. */
+  localAgentName?: string;
 };
 
 /** Run `fn` in one transaction; events it emits are published on the bus after the commit. */

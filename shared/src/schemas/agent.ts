@@ -27,6 +27,11 @@ export const Agent = z.object({
   labels: z.array(z.string()),
   slots: z.number().int(),
   paused: z.boolean(),
+  /**
+   * The agent the control plane runs in its own process (`npm start`, FFLEET_LOCAL_AGENT). It takes its
+   * token from the control plane, so it has no token of its own to replace (`POST …/token` is 409 LOCAL_AGENT).
+   */
+  local: z.boolean(),
   runningTasks: z.array(z.string()),
   lastSeen: Millis,
   connectedAt: Millis,

@@ -437,10 +437,11 @@ function agentCells(a) {
   const isBusy = busy.has(a.id);
   return [
     [
-      JSON.stringify([a.name, a.hostname]),
+      JSON.stringify([a.name, a.hostname, a.local]),
       () => {
         const host = a.hostname && a.hostname !== a.name ? [el('div', 'id', a.hostname)] : [];
-        return [el('div', 'name', a.name), ...host];
+        const local = a.local ? [el('div', 'id', 'in the control plane’s process')] : [];
+        return [el('div', 'name', a.name), ...host, ...local];
       },
       'task',
     ],
@@ -468,12 +469,16 @@ function agentCells(a) {
       'time',
     ],
     [
-      JSON.stringify([a.paused, isBusy]),
+      JSON.stringify([a.paused, isBusy, a.local]),
       () => [
         button(a.paused ? 'Resume' : 'Pause', () => togglePaused(a.id), { disabled: isBusy }),
+        // The local agent takes its token from the control plane: there is none of its own to replace
+        // (the API answers 409 LOCAL_AGENT), so the button says so instead of asking first.
         button('New token', () => newAgentToken(a.id), {
-          disabled: isBusy,
-          title: 'Revoke this box’s own token and issue a new one (a lost or stolen box)',
+          disabled: isBusy || a.local === true,
+          title: a.local
+            ? 'This agent runs inside the control plane (FFLEET_LOCAL_AGENT) and takes its token from it: it has no token of its own to replace'
+            : 'Revoke this box’s own token and issue a new one (a lost or stolen box)',
         }),
       ],
       'actions',

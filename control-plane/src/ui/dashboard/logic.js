@@ -29,6 +29,7 @@
  * @property {string} hostname
  * @property {string} status online | offline | draining
  * @property {boolean} paused
+ * @property {boolean} [local] the control plane's own agent (FFLEET_LOCAL_AGENT): no token of its own
  * @property {string} version
  * @property {{path: string, version: string} | null} transcoder
  * @property {string} [transcoderError]
