@@ -137,4 +137,36 @@ describe('stops meeting a claim in flight', () => {
       await relay.close();
     }
   }, 120_000);
+
+  it('runs once, on the restarted process, a task granted to an agent killed before it heard the answer', async () => {
+    const relay = await holdRelay(c.mqttUrl);
+    const first = await c.startAgent({ name: 'rebooted', env: { MQTT_URL: relay.url } });
+    try {
+      const held = relay.holdAfterNext('"type":"claim"');
+      const task = await c.api.createTask({
+        command: ENCODE,
+        inputFile: clip4,
+        outputFile: out('rebooted.mp4'),
+        requires: [`agent:${c.agentName('rebooted')}`],
+      });
+      await held;
+      await c.api.waitForTask(task.id, (t) => t.status === 'RUNNING', 10_000);
+      // Killed before the answer reached it: the task is RUNNING on the control plane and nothing on the
+      // box knows of it. The broker still holds the answer, unacknowledged, in the agent's session; a new
+      // process of the agent (systemd restarts it) resumes that session and gets it. The task runs there,
+      // as the attempt it was granted, once, without waiting out the minute's lease.
+      await first.terminate('SIGKILL');
+      relay.drop();
+      const killedAt = Date.now();
+      await c.startAgent({ name: 'rebooted' });
+      const done = await c.api.waitForTask(task.id, (t) => t.status.startsWith('DONE_'), 30_000);
+      expect(Date.now() - killedAt).toBeLessThan(30_000);
+      expect(done).toMatchObject({ status: 'DONE_SUCCESSFUL', attempt: 1 });
+      expect(done.agent?.name).toBe(c.agentName('rebooted'));
+      expect(md5(out('rebooted.mp4'))).toBe(reference);
+      expect((await c.api.taskLogs(task.id)).match(/transcoder: \$ /g)).toHaveLength(1);
+    } finally {
+      await relay.close();
+    }
+  }, 120_000);
 });
