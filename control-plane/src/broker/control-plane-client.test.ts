@@ -134,6 +134,15 @@ describe.each(TRANSPORTS)('ControlPlaneClient on $kind over $via', ({ start, loc
       ['hello', '[]'],
       ['heartbeat', '{"freeSlots":"many"}'],
       ['requests', JSON.stringify({ type: 'claim', requestId: 'r', max: 9999 })],
+      // A valid report whose metadata nests 100,000 levels (600 kB, with a \u escape so that its strings
+      // are made storable): walking it recursively overflowed the stack and took the process down.
+      [
+        'events',
+        JSON.stringify({ ...report(2), patch: { metadata: { a: 1 } } }).replace(
+          '{"a":1}',
+          `${'{"a":'.repeat(100_000)}"\\u0041"${'}'.repeat(100_000)}`,
+        ),
+      ],
     ];
     for (const [kind, payload] of bad)
       await agent.publishAsync(agentTopic('agent-1', kind), payload, { qos: 1 });

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { RawResolved, TaskStatus } from '../schemas/common.ts';
+import { MAX_JSON_DEPTH, nestedDeeperThan } from '../schemas/storable.ts';
 import { ProcessingStep, Task } from '../schemas/task.ts';
 import { WatchfolderFilter } from '../schemas/watchfolder.ts';
 
@@ -234,6 +235,12 @@ export const InboxMessage = z.discriminatedUnion('type', [
 ]);
 export type InboxMessage = z.infer<typeof InboxMessage>;
 
+/**
+ * Deepest nesting a protocol message may have: a task's metadata may be {@link MAX_JSON_DEPTH} levels
+ * deep, and a message holds it a few levels down (`claim.result` → tasks → task → metadata).
+ */
+export const MAX_MESSAGE_DEPTH = MAX_JSON_DEPTH + 16;
+
 /** Parse a JSON MQTT payload against a schema; null (never a throw) when it does not fit. */
 export function parseMessage<T>(schema: z.ZodType<T>, payload: Buffer | string): T | null {
   let json: unknown;
@@ -242,6 +249,9 @@ export function parseMessage<T>(schema: z.ZodType<T>, payload: Buffer | string):
   } catch {
     return null;
   }
+  // Before anything walks it recursively (the schema, toStorable, the database's jsonb parser): a
+  // message nested 100,000 levels deep is 600 kB, well under the broker's size limit.
+  if (nestedDeeperThan(json, MAX_MESSAGE_DEPTH)) return null;
   const r = schema.safeParse(json);
   return r.success ? r.data : null;
 }

@@ -1,5 +1,12 @@
 import { describe, expect, it } from 'vitest';
-import { escapeUnstorable, findUnsafeJson, MAX_JSON_DEPTH, toStorable, unstorableText } from './storable.ts';
+import {
+  escapeUnstorable,
+  findUnsafeJson,
+  MAX_JSON_DEPTH,
+  nestedDeeperThan,
+  toStorable,
+  unstorableText,
+} from './storable.ts';
 
 describe('storable text', () => {
   it('names what PostgreSQL cannot store: NUL and unpaired surrogates, not pairs', () => {
@@ -35,5 +42,30 @@ describe('storable text', () => {
       `c${'.d'.repeat(MAX_JSON_DEPTH - 1)}: nested deeper than ${MAX_JSON_DEPTH} levels`,
     ]);
     expect(findUnsafeJson({ fine: ['x', { y: 1 }] })).toEqual([]);
+  });
+});
+
+describe('nestedDeeperThan', () => {
+  const nest = (levels: number): unknown => {
+    let v: unknown = 'leaf';
+    for (let i = 0; i < levels; i++) v = i % 2 ? [v] : { k: v };
+    return v;
+  };
+
+  it('counts the value itself as level 1, arrays and objects alike; scalars have no depth', () => {
+    expect(nestedDeeperThan('x', 0)).toBe(false);
+    expect(nestedDeeperThan(null, 0)).toBe(false);
+    expect(nestedDeeperThan({}, 1)).toBe(false);
+    expect(nestedDeeperThan({}, 0)).toBe(true);
+    expect(nestedDeeperThan(nest(64), 64)).toBe(false);
+    expect(nestedDeeperThan(nest(65), 64)).toBe(true);
+    // The deepest branch counts, wherever it is.
+    expect(nestedDeeperThan({ a: 1, b: [2, { c: nest(2) }] }, 5)).toBe(false);
+    expect(nestedDeeperThan({ a: 1, b: [2, { c: nest(3) }] }, 5)).toBe(true);
+  });
+
+  it('measures any depth without the stack (a recursive walk overflows long before 1,000,000)', () => {
+    expect(nestedDeeperThan(nest(1_000_000), 80)).toBe(true);
+    expect(nestedDeeperThan(nest(1_000_000), 1_000_000)).toBe(false);
   });
 });

@@ -18,6 +18,22 @@ const UNSTORABLE_ALL = new RegExp(UNSTORABLE_SOURCE, 'g');
 /** Every string that may hold one: a plain character-class scan, cheap on long captured output. */
 const MAYBE_UNSTORABLE = /[\u0000\uD800-\uDFFF]/;
 
+/**
+ * Whether a parsed JSON value nests arrays and objects more than `max` levels deep (the value itself
+ * being level 1). Iterative, so any depth is measured without using the stack.
+ */
+export function nestedDeeperThan(value: unknown, max: number): boolean {
+  if (value === null || typeof value !== 'object') return false;
+  const stack: [object, number][] = [[value, 1]];
+  for (let top = stack.pop(); top; top = stack.pop()) {
+    const [v, depth] = top;
+    if (depth > max) return true;
+    for (const x of Array.isArray(v) ? v : Object.values(v))
+      if (x !== null && typeof x === 'object') stack.push([x, depth + 1]);
+  }
+  return false;
+}
+
 /** Why a string cannot be stored, or null when it can. */
 export function unstorableText(s: string): string | null {
   const m = UNSTORABLE.exec(s);
