@@ -39,6 +39,17 @@ describe('parseAgentConfig', () => {
     ]);
   });
 
+  it('refuses more than 100 labels, as PATCH /agents/{id} does', () => {
+    const many = (n: number) => Array.from({ length: n }, (_, i) => `l${i}`).join(',');
+    expect(parseAgentConfig({ ...base, FFLEET_AGENT_LABELS: many(100) }).labels).toHaveLength(100);
+    expect(() => parseAgentConfig({ ...base, FFLEET_AGENT_LABELS: many(101) })).toThrow(
+      expect.objectContaining({
+        variable: 'FFLEET_AGENT_LABELS',
+        message: expect.stringContaining('101 labels, more than the 100 an agent may have'),
+      }),
+    );
+  });
+
   it('refuses a label given twice', () => {
     expect(() => parseAgentConfig({ ...base, FFLEET_AGENT_LABELS: 'gpu, fast,gpu' })).toThrow(
       expect.objectContaining({

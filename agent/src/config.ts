@@ -9,6 +9,7 @@ import {
   envNumber,
   Label,
   LOG_LEVELS,
+  MAX_AGENT_LABELS,
   MAX_SLOTS,
   reservedLabelProblem,
 } from '@ffleet/shared';
@@ -86,6 +87,12 @@ export function parseAgentConfig(env: NodeJS.ProcessEnv): AgentConfig {
   }
   const dup = duplicateLabel(labels);
   if (dup) throw new AgentConfigError('FFLEET_AGENT_LABELS', `"${dup.label}" is given twice`);
+  // As PATCH /agents/{id} allows: the labels travel in the birth, which the broker keeps (65,535 bytes at most).
+  if (labels.length > MAX_AGENT_LABELS)
+    throw new AgentConfigError(
+      'FFLEET_AGENT_LABELS',
+      `${labels.length} labels, more than the ${MAX_AGENT_LABELS} an agent may have`,
+    );
   const scriptDirs = e.FFLEET_AGENT_SCRIPT_DIRS.split(delimiter)
     .map((s) => s.trim())
     .filter(Boolean);

@@ -4,6 +4,7 @@ import {
   type AgentTopicKind,
   agentTopic,
   MQTT_MAX_PAYLOAD_BYTES,
+  MQTT_MAX_STATUS_BYTES,
   TOPIC_ROOT,
 } from '@ffleet/shared';
 
@@ -43,18 +44,24 @@ export function mayAgentPublish(agentId: string, topic: string): boolean {
 export type PublishRefusal = 'topic' | 'too-large' | 'retained';
 export type AgentPublishVerdict = { ok: true } | { ok: false; reason: PublishRefusal };
 
+/** The largest payload `agentId` may publish on `topic` (one of its own topics). */
+export const payloadLimit = (agentId: string, topic: string): number =>
+  topic === agentTopic(agentId, 'status') ? MQTT_MAX_STATUS_BYTES : MQTT_MAX_PAYLOAD_BYTES;
+
 /**
  * Check one publish of `agentId` (its Will included): its own topics only, a payload of at most
- * {@link MQTT_MAX_PAYLOAD_BYTES}, and the retain flag on its own `status` only. PROTOCOL retains the
- * birth alone; a broker keeps every retained message in memory for good, so a retained report or
- * request would be a way to fill it (and would replay to every control plane that subscribes).
+ * {@link MQTT_MAX_PAYLOAD_BYTES} ({@link MQTT_MAX_STATUS_BYTES} on its `status`), and the retain flag on
+ * its own `status` only. PROTOCOL retains the birth alone; a broker keeps every retained message in
+ * memory for good, so a retained report or request would be a way to fill it (and would replay to every
+ * control plane that subscribes); the birth itself is a few kB.
  */
 export function checkAgentPublish(
   agentId: string,
   packet: { topic: string; payload: Buffer | string; retain: boolean },
 ): AgentPublishVerdict {
   if (!mayAgentPublish(agentId, packet.topic)) return { ok: false, reason: 'topic' };
-  if (Buffer.byteLength(packet.payload) > MQTT_MAX_PAYLOAD_BYTES) return { ok: false, reason: 'too-large' };
+  if (Buffer.byteLength(packet.payload) > payloadLimit(agentId, packet.topic))
+    return { ok: false, reason: 'too-large' };
   if (packet.retain && packet.topic !== agentTopic(agentId, 'status'))
     return { ok: false, reason: 'retained' };
   return { ok: true };

@@ -1,10 +1,11 @@
-import { agentTopic, MQTT_MAX_PAYLOAD_BYTES, WORK_TOPIC } from '@ffleet/shared';
+import { agentTopic, MQTT_MAX_PAYLOAD_BYTES, MQTT_MAX_STATUS_BYTES, WORK_TOPIC } from '@ffleet/shared';
 import type { MqttClient } from 'mqtt';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { MQTT_MAX_PACKET_BYTES } from './packet-size-cap.ts';
+import { MQTT_MAX_CONNECT_PACKET_BYTES, MQTT_MAX_PACKET_BYTES } from './packet-size-cap.ts';
 import {
   connectRaw,
   connectSocket,
+  streamOversizedConnect,
   streamOversizedPublish,
   TEST_BROKER_KINDS,
   type TestBroker,
@@ -222,6 +223,40 @@ describe.each(TEST_BROKER_KINDS)('broker security on $kind', ({ kind, start }) =
     const agent = await connectOk('agent-9', broker.agentToken);
     await agent.publishAsync(agentTopic('agent-9', 'events'), 'still served', { qos: 1 });
   });
+
+  // Mosquitto caps whole packets only, the same for every topic and before and after a login.
+  it.runIf(kind === 'aedes')(
+    'refuses a status over MQTT_MAX_STATUS_BYTES: a broker keeps a retained birth for good',
+    async () => {
+      await expectLargeBirthRefused('agent-14', MQTT_MAX_STATUS_BYTES + 1);
+    },
+  );
+
+  it.runIf(kind === 'aedes')(
+    'hangs up on a CONNECT announced over MQTT_MAX_CONNECT_PACKET_BYTES, before anyone has logged in',
+    async () => {
+      // Forty such half-sent CONNECTs of 16 MiB held 640 MB of the control plane before.
+      const r = await streamOversizedConnect(broker.port, MQTT_MAX_PACKET_BYTES - 1, 4 * 1024 * 1024);
+      expect(r.closed).toBe(true);
+      expect(r.sent).toBeLessThan(4 * 1024 * 1024);
+      // An agent's CONNECT with the largest Will (its offline birth) allowed still logs in.
+      const will = {
+        topic: agentTopic('agent-15', 'status'),
+        payload: Buffer.alloc(MQTT_MAX_STATUS_BYTES, 'w'),
+      };
+      expect(MQTT_MAX_CONNECT_PACKET_BYTES).toBeGreaterThan(MQTT_MAX_STATUS_BYTES);
+      const r2 = await connectRaw(broker.url, {
+        username: 'agent-15',
+        password: broker.agentToken,
+        will: { ...will, retain: true },
+      });
+      if (!r2.ok) throw new Error(r2.error);
+      clients.push(r2.client);
+      await r2.client.publishAsync(agentTopic('agent-15', 'events'), Buffer.alloc(1024 * 1024, 'e'), {
+        qos: 1,
+      });
+    },
+  );
 
   it('keeps an agent’s retained status, and a later one replaces it', async () => {
     const status = agentTopic('agent-10', 'status');

@@ -1,11 +1,17 @@
 import { createServer, type Server, type Socket } from 'node:net';
-import { AGENT_ID_RE, MQTT_MAX_PAYLOAD_BYTES } from '@ffleet/shared';
+import { AGENT_ID_RE } from '@ffleet/shared';
 import { Aedes, type AedesPublishPacket, type AuthenticateError, type Client } from 'aedes';
 import type { Logger } from 'pino';
 import { AGENT_TOKEN_PREFIX, agentTokenFor } from '../agent-token.ts';
 import { OncePer } from '../scheduler/once-per.ts';
-import { checkAgentPublish, equalSecrets, mayAgentSubscribe, type PublishRefusal } from './broker-acl.ts';
-import { capPacketSize, MQTT_MAX_PACKET_BYTES } from './packet-size-cap.ts';
+import {
+  checkAgentPublish,
+  equalSecrets,
+  mayAgentSubscribe,
+  type PublishRefusal,
+  payloadLimit,
+} from './broker-acl.ts';
+import { capPacketSize, MQTT_MAX_CONNECT_PACKET_BYTES, MQTT_MAX_PACKET_BYTES } from './packet-size-cap.ts';
 
 export interface EmbeddedBrokerOptions {
   /** TCP port; 0 picks a free one (see the result of `start()`). */
@@ -57,7 +63,7 @@ const DRAIN_TIMEOUT_MS = 30_000;
 /**
  * The MQTT broker built into the control plane (aedes over a plain TCP server) for single-host
  * installs. Authenticates agents by name + token (the fleet's, or the agent's own) and confines each to its own topics, to
- * payloads of at most `MQTT_MAX_PAYLOAD_BYTES` and to retaining its `status` only; the internal user
+ * payloads of at most `MQTT_MAX_PAYLOAD_BYTES` (`MQTT_MAX_STATUS_BYTES` on its status) and to retaining its `status` only; the internal user
  * (the control plane) may do anything. State is in memory: a restart drops sessions and
  * retained births, which agents restore by republishing on reconnect.
  */
@@ -71,6 +77,8 @@ export class EmbeddedBroker {
   private readonly refusalsLogged = new OncePer(60_000);
   /** Clients that authenticated as the internal user (by object, since their client id is free). */
   private internalClients = new WeakSet<Client>();
+  /** Clients whose CONNECT was accepted: only they may send packets over MQTT_MAX_CONNECT_PACKET_BYTES. */
+  private loggedIn = new WeakSet<Client>();
   /**
    * Agents' clients that logged in with their own token (not the fleet's), with its generation: a newer
    * generation ends them (setTokenGeneration, and the `client` event for one registered just after).
@@ -129,6 +137,7 @@ export class EmbeddedBroker {
     if (this.server) throw new Error('EmbeddedBroker already started');
     const aedes = await Aedes.createBroker({ drainTimeout: DRAIN_TIMEOUT_MS });
     this.internalClients = new WeakSet();
+    this.loggedIn = new WeakSet();
     this.ownTokenClients = new WeakMap();
     aedes.authenticate = (client, username, password, done) =>
       this.authenticate(client, username, password, done);
@@ -242,15 +251,19 @@ export class EmbeddedBroker {
     this.logger.info('embedded MQTT broker stopped');
   }
 
-  /** Close the connection at the first packet over MQTT_MAX_PACKET_BYTES, unless it is the control plane's. */
+  /**
+   * Close the connection at the first packet over MQTT_MAX_CONNECT_PACKET_BYTES before the client has
+   * logged in, over MQTT_MAX_PACKET_BYTES after, unless it is the control plane's.
+   */
   private capPacketSize(client: Client, socket: Socket): void {
+    const limit = () => (this.loggedIn.has(client) ? MQTT_MAX_PACKET_BYTES : MQTT_MAX_CONNECT_PACKET_BYTES);
     const capped = capPacketSize(client, {
-      maxBytes: MQTT_MAX_PACKET_BYTES,
+      maxBytes: limit,
       exempt: () => this.internalClients.has(client),
       onOversized: ({ cmd, bytes, topic }) => {
         // client.id is null until the CONNECT has been read (so for an oversized CONNECT).
         this.logger.warn(
-          { client: client.id, cmd, topic, bytes, limit: MQTT_MAX_PACKET_BYTES },
+          { client: client.id, cmd, topic, bytes, limit: limit() },
           'connection closed: MQTT packet too large',
         );
         socket.destroy();
@@ -276,7 +289,7 @@ export class EmbeddedBroker {
         return;
       case 'too-large':
         this.logger.warn(
-          { agent, topic, bytes: Buffer.byteLength(packet.payload), limit: MQTT_MAX_PAYLOAD_BYTES },
+          { agent, topic, bytes: Buffer.byteLength(packet.payload), limit: payloadLimit(agent, topic) },
           'publish refused: payload too large',
         );
         return;
@@ -296,6 +309,7 @@ export class EmbeddedBroker {
     done: (error: AuthenticateError | null, success: boolean | null) => void,
   ): void {
     if (this.isAccepted(client, username, password)) {
+      this.loggedIn.add(client);
       done(null, true);
       return;
     }

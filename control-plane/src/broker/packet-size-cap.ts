@@ -1,4 +1,4 @@
-import { MQTT_MAX_PAYLOAD_BYTES } from '@ffleet/shared';
+import { MQTT_MAX_PAYLOAD_BYTES, MQTT_MAX_STATUS_BYTES } from '@ffleet/shared';
 import type { Client } from 'aedes';
 
 /**
@@ -10,6 +10,14 @@ import type { Client } from 'aedes';
  * refuses it as a publish (see `checkAgentPublish`).
  */
 export const MQTT_MAX_PACKET_BYTES = MQTT_MAX_PAYLOAD_BYTES + 4 * 1024;
+
+/**
+ * The largest packet the embedded broker reads from a client that has not logged in yet: a CONNECT,
+ * whose Will (an agent's offline birth) is at most {@link MQTT_MAX_STATUS_BYTES}, plus its client id,
+ * user name, token and Will topic. Anyone who can reach the port can send one, so it is read with a
+ * small buffer: 16 MiB per connection let forty half-sent CONNECTs hold 640 MB of the control plane.
+ */
+export const MQTT_MAX_CONNECT_PACKET_BYTES = MQTT_MAX_STATUS_BYTES + 4 * 1024;
 
 /** What the cap saw of a packet it refused (never any of its payload). */
 export interface OversizedPacket {
@@ -32,7 +40,8 @@ interface ParserInternals {
 }
 
 export interface PacketSizeCapOptions {
-  maxBytes: number;
+  /** The cap, read at each packet (it may grow once the client has logged in). */
+  maxBytes: () => number;
   /** Checked when a packet is too large: true lets it through (the control plane's own client). */
   exempt: () => boolean;
   /** Called once, for the first packet over the cap; the caller closes the connection. */
@@ -62,7 +71,7 @@ export function capPacketSize(client: Client, opts: PacketSizeCapOptions): boole
     const left = parse(buf);
     // A packet still being read (its length known, its body not all here) stays in `packet`.
     const { cmd, length } = target.packet;
-    if (length > opts.maxBytes && !opts.exempt()) {
+    if (length > opts.maxBytes() && !opts.exempt()) {
       refused = true;
       opts.onOversized({ cmd, bytes: length, topic: cmd === 'publish' ? peekTopic(target) : undefined });
     }

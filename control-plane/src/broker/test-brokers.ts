@@ -165,7 +165,13 @@ export type RawConnectResult =
 /** A plain mqtt.js client (no reconnects) for poking at the broker directly. */
 export async function connectRaw(
   url: string,
-  opts: { username: string; password: string; clientId?: string; clean?: boolean },
+  opts: {
+    username: string;
+    password: string;
+    clientId?: string;
+    clean?: boolean;
+    will?: { topic: string; payload: Buffer; retain: boolean };
+  },
 ): Promise<RawConnectResult> {
   try {
     const client = await connectAsync(url, {
@@ -173,6 +179,7 @@ export async function connectRaw(
       password: opts.password,
       clientId: opts.clientId ?? opts.username,
       clean: opts.clean ?? true,
+      ...(opts.will ? { will: { ...opts.will, qos: 1 as const } } : {}),
       protocolVersion: 4,
       reconnectPeriod: 0,
       connectTimeout: 5_000,
@@ -223,13 +230,39 @@ export async function streamOversizedPublish(
   sendAtMost: number,
   announced = 268_435_455,
 ): Promise<{ closed: boolean; sent: number }> {
+  const name = Buffer.from(topic);
+  const head = Buffer.concat([Buffer.from([0x30]), remainingLength(announced), u16(name.length), name]);
+  return streamAfter(socket, head, sendAtMost, 1024 * 1024);
+}
+
+/**
+ * Open a connection to `port` and write a CONNECT announcing `announced` bytes, then zeros in 16 KiB
+ * writes, as {@link streamOversizedPublish} does: a client that never logs in.
+ */
+export async function streamOversizedConnect(
+  port: number,
+  announced: number,
+  sendAtMost: number,
+): Promise<{ closed: boolean; sent: number }> {
+  const socket = connect({ port, host: '127.0.0.1' });
+  socket.on('error', () => {}); // a refused write after the broker hung up is what tests look for
+  await once(socket, 'connect');
+  const head = Buffer.concat([Buffer.from([0x10]), remainingLength(announced)]);
+  return streamAfter(socket, head, sendAtMost, 16 * 1024);
+}
+
+async function streamAfter(
+  socket: Socket,
+  head: Buffer,
+  sendAtMost: number,
+  chunkBytes: number,
+): Promise<{ closed: boolean; sent: number }> {
   let closed = socket.destroyed;
   const gone = new Promise<void>((resolve) => socket.once('close', () => resolve())).then(() => {
     closed = true;
   });
-  const name = Buffer.from(topic);
-  socket.write(Buffer.concat([Buffer.from([0x30]), remainingLength(announced), u16(name.length), name]));
-  const chunk = Buffer.alloc(1024 * 1024);
+  socket.write(head);
+  const chunk = Buffer.alloc(chunkBytes);
   let sent = 0;
   while (!closed && sent < sendAtMost) {
     const more = socket.write(chunk);

@@ -18,6 +18,15 @@ export const AGENT_RECONNECT_MAX_MS = 10_000;
  */
 export const MQTT_MAX_PAYLOAD_BYTES = 16 * 1024 * 1024;
 
+/**
+ * The largest payload an agent may publish on its `status` topic (its birth, retained, and its Last
+ * Will), in bytes: 65,535, the most an MQTT 3.1.1 Will can carry (a two-byte length). A broker keeps a
+ * retained message in memory until it is replaced, and a Will arrives in the CONNECT, before the client
+ * has logged in; a birth is a few kB (at most 100 labels of 100 characters, the transcoder's encoders
+ * and hwaccels).
+ */
+export const MQTT_MAX_STATUS_BYTES = 65_535;
+
 export type AgentTopicKind = 'status' | 'hello' | 'heartbeat' | 'requests' | 'events' | 'inbox';
 
 /** `ffleet/v1/agents/{agentId}/{kind}` */

@@ -6,6 +6,8 @@ export const AgentStatus = z.enum(['online', 'offline', 'draining']);
 export type AgentStatus = z.infer<typeof AgentStatus>;
 
 export const MAX_SLOTS = 64;
+/** Labels an agent may have, from its own configuration or a PATCH: its birth stays a few kB. */
+export const MAX_AGENT_LABELS = 100;
 
 export const Agent = z.object({
   id: z.string(),
@@ -47,7 +49,7 @@ export const AgentPatch = z.strictObject({
   paused: z.boolean().optional(),
   labels: z
     .array(AgentLabel)
-    .max(100)
+    .max(MAX_AGENT_LABELS)
     // A list given twice the same label is a mistake in what was sent (a typo, a merge): said, not kept.
     .superRefine((labels, ctx) => {
       const dup = duplicateLabel(labels);
