@@ -28,7 +28,9 @@ function headerDirs() {
 }
 
 function skip(reason) {
-  console.log(`ffleet: native spawner not built (${reason}); agents start processes with Node's spawn`);
+  console.log(
+    `ffleet: native spawner not built (${reason}); agents start processes with Node's spawn and cannot hide their environment (tokens) from their user's other processes`,
+  );
   process.exit(strict ? 1 : 0);
 }
 

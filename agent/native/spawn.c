@@ -357,6 +357,22 @@ static napi_value PunchHole(napi_env env, napi_callback_info info) {
   return result;
 }
 
+/*
+ * hideMemory() → 0, or -errno: prctl(PR_SET_DUMPABLE, 0) for the whole agent process. Its environment
+ * holds its token (and, in the all-in-one, the API tokens and the database URL), which it passes to no
+ * child; but a non-root process of the same user may read any dumpable process's /proc/<pid>/environ
+ * and memory, and the agent's children are that: a task's ffmpeg command (`-i /proc/<ppid>/environ`)
+ * or script. Not dumpable, the agent's /proc entries belong to root and ptrace-type access by its own
+ * user is refused; what it starts is dumpable again from its exec on. No core dumps either (they would
+ * hold the same secrets).
+ */
+static napi_value HideMemory(napi_env env, napi_callback_info info) {
+  (void)info;
+  napi_value result;
+  napi_create_int32(env, prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0 ? 0 : -errno, &result);
+  return result;
+}
+
 NAPI_MODULE_INIT() {
   /* pidfd_open must work here (Linux 5.3, not filtered by a seccomp profile), or the module is of no use. */
   int probe = (int)syscall(SYS_pidfd_open, getpid(), 0);
@@ -372,5 +388,7 @@ NAPI_MODULE_INIT() {
   napi_set_named_property(env, exports, "spawn", fn);
   napi_create_function(env, "punchHole", NAPI_AUTO_LENGTH, PunchHole, NULL, &fn);
   napi_set_named_property(env, exports, "punchHole", fn);
+  napi_create_function(env, "hideMemory", NAPI_AUTO_LENGTH, HideMemory, NULL, &fn);
+  napi_set_named_property(env, exports, "hideMemory", fn);
   return exports;
 }

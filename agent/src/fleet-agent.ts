@@ -25,6 +25,7 @@ import {
   coalescingReporter,
   FENCED_OUT,
   HANDED_BACK,
+  hideProcessMemory,
   nativeSpawnStatus,
   type ReportBody,
   runTask,
@@ -243,6 +244,14 @@ export class FleetAgent {
       this.#log.info(
         { reason: spawner.reason },
         "processes start through Node's spawn (native spawner not used)",
+      );
+    // Before any task runs: its ffmpeg and scripts run as this user and could read the token from
+    // /proc/<this pid>/environ otherwise.
+    const memory = hideProcessMemory();
+    if (!memory.hidden)
+      this.#log.warn(
+        { reason: memory.reason },
+        "this process's environment (its token) stays readable to other processes of its user, the tasks' ffmpeg and scripts included",
       );
     const ownDir = join(this.#cfg.dataDir, `agent-${this.#cfg.name}`);
     const previous = previousBootId(ownDir);

@@ -1,5 +1,5 @@
 export { coalescingReporter, type ReportBody } from './coalescing-reporter.ts';
-export { nativeSpawnStatus } from './native-spawn.ts';
+export { hideProcessMemory, nativeSpawnStatus } from './native-spawn.ts';
 export {
   computeTaskProgress,
   ProgressParser,

@@ -17,6 +17,8 @@ type Addon = {
   ): number;
   /** fallocate(PUNCH_HOLE | KEEP_SIZE) → 0, or -errno. Absent from a module built before it existed. */
   punchHole?(fd: number, offset: number, length: number): number;
+  /** prctl(PR_SET_DUMPABLE, 0) → 0, or -errno. Absent from a module built before it existed. */
+  hideMemory?(): number;
 };
 
 export const NATIVE_SPAWN_PATH = fileURLToPath(
@@ -101,6 +103,23 @@ export function spawnNative(
   if (pid <= 0) return undefined;
   started++;
   return pid;
+}
+
+/**
+ * Make this process not dumpable (prctl PR_SET_DUMPABLE 0, see agent/native/spawn.c): other processes of
+ * its user, a task's ffmpeg and scripts included, can no longer read its environment (its token) or
+ * memory through /proc. Root still can. Without the native module it stays readable: `reason` says why.
+ */
+export function hideProcessMemory(): { hidden: boolean; reason?: string } {
+  loaded ??= load();
+  const hide = loaded.addon?.hideMemory;
+  if (!loaded.addon) return { hidden: false, reason: `the native module is ${loaded.reason}` };
+  if (!hide)
+    return { hidden: false, reason: 'the native module predates it: run `node agent/native/build.mjs`' };
+  const rc = hide();
+  return rc === 0
+    ? { hidden: true }
+    : { hidden: false, reason: `prctl(PR_SET_DUMPABLE) failed: errno ${-rc}` };
 }
 
 /**

@@ -2,11 +2,13 @@ import { realpathSync } from 'node:fs';
 import path from 'node:path';
 
 /**
- * Directories a task may not write into: the agent's data dir (its outbox, lock and, in the all-in-one,
- * the control plane's embedded database and the agent token). A task's output or sidecar path there
- * would let any API client overwrite ffleet's own state, e.g. replace the agent token with a task's
- * JSON and lock every remote agent out at the next start (security QA). Each directory is taken both
- * as given and through its symlinks, once, when the agent starts.
+ * Directories a task's output and sidecar paths may not point into: the agent's data dir (its outbox,
+ * lock and, in the all-in-one, the control plane's embedded database and the agent token). Such a path
+ * would overwrite ffleet's own state, e.g. replace the agent token with a task's JSON and lock every
+ * remote agent out at the next start. This catches a mistaken path (a preset's output directory); it is
+ * no barrier to a hostile command, whose other arguments can name any path the agent's user may write
+ * (README "What a task can reach"). Each directory is taken both as given and through its symlinks,
+ * once, when the agent starts.
  */
 export function protectedDirs(dirs: readonly string[]): string[] {
   const out = new Set<string>();
