@@ -1,8 +1,9 @@
-import { randomUUID, timingSafeEqual } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import { getConnInfo } from '@hono/node-server/conninfo';
 import { type Context, Hono } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import { matchedRoutes } from 'hono/route';
+import { equalSecrets } from '../broker/broker-acl.ts';
 import { databaseUnavailableReason, innermostMessage } from '../db/errors.ts';
 import type { EventBus } from '../events/event-bus.ts';
 import { EventHistory } from '../events/event-history.ts';
@@ -68,11 +69,11 @@ function defaultRemote(c: Context): string | undefined {
   }
 }
 
-function tokenMatches(given: string, tokens: Buffer[]): boolean {
-  const g = Buffer.from(given);
+function tokenMatches(given: string, tokens: readonly string[]): boolean {
   let ok = false;
-  // Compare against every token in constant time per token; no early exit on a match.
-  for (const t of tokens) if (t.length === g.length && timingSafeEqual(t, g)) ok = true;
+  // Every token compared, each through its hash (equalSecrets): no early exit on a match, and neither
+  // a token's length nor its first differing byte shows in the time taken.
+  for (const t of tokens) if (equalSecrets(given, t)) ok = true;
   return ok;
 }
 
@@ -88,7 +89,7 @@ function problem(c: Context, err: HttpError, headers: Record<string, string> = {
 
 export function createApp(deps: AppDeps) {
   const app = new Hono<ApiEnv>();
-  const tokens = deps.apiTokens.map((t) => Buffer.from(t));
+  const tokens = deps.apiTokens;
   const remote = deps.remoteAddress ?? defaultRemote;
   const openapi = JSON.stringify(buildOpenApi(deps.version));
   const logger = deps.ctx.logger;
