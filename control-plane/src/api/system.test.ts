@@ -5,6 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { expectProblem, json, UUID_RE, VALID } from '../../../test/api/support.ts';
 import { waitFor } from '../../../test/fleet/support/media.ts';
 import { createTestApp, useTestApp } from '../../../test/helpers/app.ts';
+import { API_REFERENCE_CSP } from '../ui/api-reference.ts';
 import { VERSION } from '../version.ts';
 
 // One database for the file (SSE included); only the 503 case needs its own, since it closes it.
@@ -148,6 +149,11 @@ describe('operational routes', () => {
     const res = await t.call('GET', '/api/v1/docs');
     expect(res.status).toBe(200);
     expect(res.headers.get('content-type')).toMatch(/^text\/html/);
+    // Scripts and requests from this server only, and never in a frame (it sends the operator's token).
+    expect(res.headers.get('content-security-policy')).toBe(API_REFERENCE_CSP);
+    expect(API_REFERENCE_CSP).toContain("script-src 'self';");
+    expect(API_REFERENCE_CSP).toContain("frame-ancestors 'none'");
+    expect(res.headers.get('x-content-type-options')).toBe('nosniff');
     const html = await res.text();
     expect(html).not.toMatch(/https?:\/\//);
     expect(html).not.toMatch(/src="\/\/|href="\/\//);
