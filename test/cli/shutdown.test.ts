@@ -14,7 +14,7 @@ describe.skipIf(process.env.FFLEET_CI_PASS === 'services')('ffleet control-plane
   });
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-  it('says it shuts down without mentioning tasks it does not run, and exits 0', async () => {
+  it('opens no debugger at SIGUSR1; says it shuts down without mentioning tasks it does not run, and exits 0', async () => {
     const base = inheritedEnv();
     const child = spawn(process.execPath, [join(REPO_ROOT, 'bin/ffleet.js'), 'control-plane'], {
       cwd: REPO_ROOT,
@@ -28,11 +28,22 @@ describe.skipIf(process.env.FFLEET_CI_PASS === 'services')('ffleet control-plane
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let out = '';
+    let err = '';
+    child.stderr.on('data', (d: Buffer) => {
+      err += d;
+    });
+    let signalled = false;
     child.stdout.on('data', (d: Buffer) => {
       out += d;
-      if (out.includes('"msg":"ffleet is ready"')) child.kill('SIGTERM');
+      if (signalled || !out.includes('"msg":"ffleet is ready"')) return;
+      signalled = true;
+      // Any process of its user may send SIGUSR1 (a task's script): Node 20 would open its inspector,
+      // unauthenticated, and run what it is sent inside the process that holds the tokens.
+      child.kill('SIGUSR1');
+      setTimeout(() => child.kill('SIGTERM'), 1_500);
     });
     const code = await new Promise<number | null>((resolve) => child.on('exit', resolve));
+    expect(err).not.toContain('Debugger listening');
     expect(code).toBe(0);
     const lines = out.split('\n').filter((l) => l.includes('"msg":"shutting down'));
     expect(lines).toHaveLength(1);

@@ -1,12 +1,5 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
-import {
-  AGENT_ID_RE,
-  type AgentTopicKind,
-  agentTopic,
-  MQTT_MAX_PAYLOAD_BYTES,
-  MQTT_MAX_STATUS_BYTES,
-  TOPIC_ROOT,
-} from '@ffleet/shared';
+import { AGENT_ID_RE, type AgentTopicKind, agentPayloadLimit, agentTopic, TOPIC_ROOT } from '@ffleet/shared';
 
 /** The topic kinds an agent may publish on under its own id. */
 export const AGENT_PUBLISH_KINDS: readonly AgentTopicKind[] = [
@@ -46,11 +39,11 @@ export type AgentPublishVerdict = { ok: true } | { ok: false; reason: PublishRef
 
 /** The largest payload `agentId` may publish on `topic` (one of its own topics). */
 export const payloadLimit = (agentId: string, topic: string): number =>
-  topic === agentTopic(agentId, 'status') ? MQTT_MAX_STATUS_BYTES : MQTT_MAX_PAYLOAD_BYTES;
+  agentPayloadLimit(topic.slice(agentTopic(agentId, 'status').length - 'status'.length) as AgentTopicKind);
 
 /**
  * Check one publish of `agentId` (its Will included): its own topics only, a payload of at most
- * {@link MQTT_MAX_PAYLOAD_BYTES} ({@link MQTT_MAX_STATUS_BYTES} on its `status`), and the retain flag on
+ * `agentPayloadLimit` (16 MiB on `events`, 65,535 bytes elsewhere), and the retain flag on
  * its own `status` only. PROTOCOL retains the birth alone; a broker keeps every retained message in
  * memory for good, so a retained report or request would be a way to fill it (and would replay to every
  * control plane that subscribes); the birth itself is a few kB.

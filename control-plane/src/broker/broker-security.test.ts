@@ -233,6 +233,27 @@ describe.each(TEST_BROKER_KINDS)('broker security on $kind', ({ kind, start }) =
   );
 
   it.runIf(kind === 'aedes')(
+    'refuses a hello, heartbeat or request over 65,535 bytes (only reports carry output)',
+    async () => {
+      for (const small of ['hello', 'heartbeat', 'requests'] as const) {
+        const agent = await connectOk('agent-16', broker.agentToken);
+        const topic = agentTopic('agent-16', small);
+        const settled = await publishAndSettle(
+          agent,
+          topic,
+          Buffer.alloc(MQTT_MAX_STATUS_BYTES + 1, 'x'),
+          false,
+        );
+        expect(settled, small).toEqual({ acked: false, closed: true });
+      }
+      const agent = await connectOk('agent-16', broker.agentToken);
+      await agent.publishAsync(agentTopic('agent-16', 'requests'), Buffer.alloc(MQTT_MAX_STATUS_BYTES, 'x'), {
+        qos: 1,
+      });
+    },
+  );
+
+  it.runIf(kind === 'aedes')(
     'hangs up on a CONNECT announced over MQTT_MAX_CONNECT_PACKET_BYTES, before anyone has logged in',
     async () => {
       // Forty such half-sent CONNECTs of 16 MiB held 640 MB of the control plane before.

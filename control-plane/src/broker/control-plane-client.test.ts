@@ -39,7 +39,7 @@ const TRANSPORTS = [
   { kind: 'aedes' as const, start: startAedesTestBroker, via: 'the local link', local: true },
 ];
 
-describe.each(TRANSPORTS)('ControlPlaneClient on $kind over $via', ({ start, local }) => {
+describe.each(TRANSPORTS)('ControlPlaneClient on $kind over $via', ({ kind, start, local }) => {
   let broker: TestBroker;
   const cps: ControlPlaneClient[] = [];
   const raws: MqttClient[] = [];
@@ -155,6 +155,28 @@ describe.each(TRANSPORTS)('ControlPlaneClient on $kind over $via', ({ start, loc
     expect(drops.every((d) => d.level === 40)).toBe(true);
     expect(cp.connected).toBe(true);
   });
+
+  // The embedded broker refuses such a publish itself (broker-security.test.ts); Mosquitto passes it on.
+  it.runIf(kind === 'mosquitto')(
+    'drops, unparsed, a message over its topic kind’s limit (65,535 bytes but for reports)',
+    async () => {
+      const { logger, records } = captureLogger();
+      const cp = await startCp({ logger });
+      const requests: string[] = [];
+      cp.onRequest((_id, r) => void requests.push(r.requestId));
+      const agent = await rawAgent('agent-20');
+      // Valid JSON of 70 kB: 16 MiB of it held the event loop for 1.8 s while it was parsed.
+      await agent.publishAsync(agentTopic('agent-20', 'requests'), `[${'[],'.repeat(23_000)}[]]`, {
+        qos: 1,
+      });
+      const claim = { type: 'claim', requestId: 'after', max: 1 };
+      await agent.publishAsync(agentTopic('agent-20', 'requests'), JSON.stringify(claim), { qos: 1 });
+      await waitFor(() => requests.length === 1, 'the claim after the wide message');
+      expect(requests).toEqual(['after']);
+      const drops = records.filter((r) => r.msg === 'dropped agent message: payload too large for its topic');
+      expect(drops.map((d) => [d.agent, d.kind, d.limit])).toEqual([['agent-20', 'requests', 65_535]]);
+    },
+  );
 
   it('hands on every string PostgreSQL cannot store (NUL, unpaired surrogate) as U+FFFD', async () => {
     // Without it a report or birth holding one failed its transaction for ever (jsonb refuses them).

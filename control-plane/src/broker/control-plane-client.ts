@@ -7,6 +7,7 @@ import {
   AgentHello,
   AgentRequest,
   type AgentTopicKind,
+  agentPayloadLimit,
   agentTopic,
   type InboxMessage,
   parseAgentTopic,
@@ -279,6 +280,14 @@ export class ControlPlaneClient extends EventEmitter<{ connection: [connected: b
     const { agentId, kind } = parsed;
     // An empty retained payload only clears a stale birth; there is nothing to hand on.
     if (kind === 'status' && payload.length === 0) return;
+    // Before parsing it (an external broker has no limit per topic): only reports are large.
+    if (payload.length > agentPayloadLimit(kind)) {
+      this.logger.warn(
+        { topic, agent: agentId, kind, bytes: payload.length, limit: agentPayloadLimit(kind) },
+        'dropped agent message: payload too large for its topic',
+      );
+      return;
+    }
     if (!this.deliver(agentId, kind, payload, retained)) {
       this.logger.warn(
         { topic, agent: agentId, kind, bytes: payload.length },

@@ -29,6 +29,15 @@ export const MQTT_MAX_STATUS_BYTES = 65_535;
 
 export type AgentTopicKind = 'status' | 'hello' | 'heartbeat' | 'requests' | 'events' | 'inbox';
 
+/**
+ * The largest payload an agent may publish on a topic of `kind`: {@link MQTT_MAX_PAYLOAD_BYTES} for its
+ * task reports (`events`, which carry captured output), {@link MQTT_MAX_STATUS_BYTES} for the rest,
+ * small by design (a birth, the tasks it runs, a claim, one watched file). A 16 MiB array of empty
+ * arrays on `requests` held the control plane's event loop for 1.8 s and 750 MB while it was parsed.
+ */
+export const agentPayloadLimit = (kind: AgentTopicKind): number =>
+  kind === 'events' || kind === 'inbox' ? MQTT_MAX_PAYLOAD_BYTES : MQTT_MAX_STATUS_BYTES;
+
 /** `ffleet/v1/agents/{agentId}/{kind}` */
 export const agentTopic = (agentId: string, kind: AgentTopicKind): string =>
   `${TOPIC_ROOT}/agents/${agentId}/${kind}`;
