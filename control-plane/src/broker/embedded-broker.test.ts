@@ -1,8 +1,10 @@
-import { createServer, type Server } from 'node:net';
+import { once } from 'node:events';
+import { connect, createServer, type Server, type Socket } from 'node:net';
+import { networkInterfaces } from 'node:os';
 import { agentTopic, MQTT_MAX_PAYLOAD_BYTES } from '@ffleet/shared';
 import pino from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
-import { EmbeddedBroker } from './embedded-broker.ts';
+import { EmbeddedBroker, isLoopback } from './embedded-broker.ts';
 import { MQTT_MAX_PACKET_BYTES } from './packet-size-cap.ts';
 import { captureLogger, connectRaw, connectSocket, streamOversizedPublish, waitFor } from './test-brokers.ts';
 
@@ -156,5 +158,85 @@ describe('EmbeddedBroker', () => {
     expect(records).toContainEqual(
       expect.objectContaining({ level: 40, client: 'agent-3', cmd: 'publish', topic, bytes: announced }),
     );
+  });
+
+  /** A TCP connection to the broker that never sends a byte; `closed` resolves when the broker hangs up. */
+  async function idleSocket(host: string, port: number): Promise<{ socket: Socket; closed: Promise<void> }> {
+    const socket = connect({ host, port });
+    socket.on('error', () => {});
+    const closed = once(socket, 'close').then(() => {});
+    await once(socket, 'connect');
+    return { socket, closed };
+  }
+  const within = (p: Promise<void>, ms: number) =>
+    Promise.race([p.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), ms))]);
+
+  it('closes at once a connection beyond the limit of those waiting to log in, and admits again once they leave', async () => {
+    const { logger, records } = captureLogger('info');
+    const b = new EmbeddedBroker({
+      port: 0,
+      host: '127.0.0.1',
+      logger,
+      ...creds,
+      maxPending: { total: 4, perAddress: 2 },
+    });
+    brokers.push(b);
+    const { port } = await b.start();
+    // Loopback has no limit of its own (a simulated fleet, agents on this host): the total applies.
+    const waiting = await Promise.all([1, 2, 3, 4].map(() => idleSocket('127.0.0.1', port)));
+    const fifth = await idleSocket('127.0.0.1', port);
+    expect(await within(fifth.closed, 2_000)).toBe(true);
+    expect(await within(waiting[0]!.closed, 200)).toBe(false);
+    expect(records).toContainEqual(
+      expect.objectContaining({
+        level: 40,
+        address: '127.0.0.1',
+        pending: 4,
+        msg: expect.stringMatching(/^connection closed: too many connections waiting to log in/),
+      }),
+    );
+    for (const w of waiting) w.socket.destroy();
+    await Promise.all(waiting.map((w) => w.closed));
+    const r = await connectRaw(`mqtt://127.0.0.1:${port}`, {
+      username: 'agent-5',
+      password: creds.agentToken,
+    });
+    if (!r.ok) throw new Error(r.error);
+    // A client that logged in no longer counts: four more may wait beside it.
+    const more = await Promise.all([1, 2, 3, 4].map(() => idleSocket('127.0.0.1', port)));
+    expect(await within(more[3]!.closed, 300)).toBe(false);
+    await r.client.endAsync(true);
+    for (const m of more) m.socket.destroy();
+  });
+
+  // Needs an address of this host other than loopback, for the broker to see a remote one.
+  const lan = Object.values(networkInterfaces())
+    .flat()
+    .find((i) => i && i.family === 'IPv4' && !i.internal)?.address;
+  it.runIf(lan !== undefined)(
+    'allows each other address only a few connections waiting to log in',
+    async () => {
+      const b = new EmbeddedBroker({
+        port: 0,
+        host: lan,
+        logger: silent,
+        ...creds,
+        maxPending: { total: 10, perAddress: 2 },
+      });
+      brokers.push(b);
+      const { port } = await b.start();
+      const two = await Promise.all([1, 2].map(() => idleSocket(lan!, port)));
+      const third = await idleSocket(lan!, port);
+      expect(await within(third.closed, 2_000)).toBe(true);
+      expect(await within(two[0]!.closed, 200)).toBe(false);
+      for (const t of two) t.socket.destroy();
+    },
+  );
+
+  it('tells loopback addresses (IPv4, IPv6, IPv4-mapped) from others', () => {
+    for (const a of ['127.0.0.1', '127.8.9.10', '::1', '::ffff:127.0.0.1'])
+      expect(isLoopback(a), a).toBe(true);
+    for (const a of ['10.0.0.1', '::ffff:10.0.0.1', '1127.0.0.1', 'fe80::1', ''])
+      expect(isLoopback(a), a).toBe(false);
   });
 });

@@ -34,6 +34,8 @@ export interface EmbeddedBrokerOptions {
   internalUser: string;
   internalToken: string;
   logger: Logger;
+  /** Connections waiting to log in, in all and from one address (loopback exempt); default {@link MAX_PENDING_CONNECTIONS}, {@link MAX_PENDING_PER_ADDRESS}. */
+  maxPending?: { total: number; perAddress: number };
 }
 
 /** What the control plane receives from agents: topic, payload, and whether it was a retained message. */
@@ -59,6 +61,18 @@ export interface LocalBrokerLink {
 const BAD_CREDENTIALS = 4;
 /** A stuck subscriber must not stall delivery to everyone else (aedes' concurrency slots). */
 const DRAIN_TIMEOUT_MS = 30_000;
+/**
+ * Connections that have not logged in yet, from one address and in all. Each may hold up to
+ * MQTT_MAX_CONNECT_PACKET_BYTES and a file descriptor until CONNECT_TIMEOUT_MS, and anyone who reaches
+ * the port can open them: 6,000 half-sent CONNECTs held 300 MB, 20,000 idle sockets every descriptor
+ * the process had (the API then failed too). A fleet reconnecting at once (a broker restart) has one
+ * pending connection per box, each for milliseconds. Loopback addresses have no limit of their own
+ * (agents on the control plane's host, simulated fleets); the total applies to them too.
+ */
+export const MAX_PENDING_CONNECTIONS = 1_000;
+export const MAX_PENDING_PER_ADDRESS = 16;
+/** How long a connection may take to log in (aedes' default: 30 s). An agent sends CONNECT at once. */
+const CONNECT_TIMEOUT_MS = 10_000;
 
 /**
  * The MQTT broker built into the control plane (aedes over a plain TCP server) for single-host
@@ -79,6 +93,9 @@ export class EmbeddedBroker {
   private internalClients = new WeakSet<Client>();
   /** Clients whose CONNECT was accepted: only they may send packets over MQTT_MAX_CONNECT_PACKET_BYTES. */
   private loggedIn = new WeakSet<Client>();
+  /** Connections that have not logged in yet, with their address. */
+  private readonly pending = new Map<Client, string>();
+  private readonly pendingByAddress = new Map<string, number>();
   /**
    * Agents' clients that logged in with their own token (not the fleet's), with its generation: a newer
    * generation ends them (setTokenGeneration, and the `client` event for one registered just after).
@@ -135,7 +152,10 @@ export class EmbeddedBroker {
   /** Listen; resolves with the bound port. Rejects with a readable Error when the port is taken. */
   async start(): Promise<{ port: number }> {
     if (this.server) throw new Error('EmbeddedBroker already started');
-    const aedes = await Aedes.createBroker({ drainTimeout: DRAIN_TIMEOUT_MS });
+    const aedes = await Aedes.createBroker({
+      drainTimeout: DRAIN_TIMEOUT_MS,
+      connectTimeout: CONNECT_TIMEOUT_MS,
+    });
     this.internalClients = new WeakSet();
     this.loggedIn = new WeakSet();
     this.ownTokenClients = new WeakMap();
@@ -168,12 +188,22 @@ export class EmbeddedBroker {
     );
 
     const server = createServer((socket) => {
+      const address = socket.remoteAddress ?? '';
+      if (!this.admitPending(address)) {
+        socket.destroy();
+        return;
+      }
       // MQTT packets are small: with Nagle's algorithm one waits for the ACK of the previous one, which
       // the peer's delayed ACK holds back up to 40 ms (a claim answer sent right after a PUBACK).
       socket.setNoDelay(true);
       this.sockets.add(socket);
-      socket.once('close', () => this.sockets.delete(socket));
-      this.capPacketSize(aedes.handle(socket), socket);
+      const client = aedes.handle(socket);
+      this.pending.set(client, address);
+      socket.once('close', () => {
+        this.sockets.delete(socket);
+        this.settlePending(client);
+      });
+      this.capPacketSize(client, socket);
     });
     const { port, host } = this.opts;
     try {
@@ -247,8 +277,39 @@ export class EmbeddedBroker {
     await new Promise<void>((resolve) => aedes.close(() => resolve()));
     for (const s of this.sockets) s.destroy();
     this.sockets.clear();
+    this.pending.clear();
+    this.pendingByAddress.clear();
     await closed;
     this.logger.info('embedded MQTT broker stopped');
+  }
+
+  /** Whether a new connection from `address` may wait to log in (else it is closed at once). */
+  private admitPending(address: string): boolean {
+    const fromAddress = this.pendingByAddress.get(address) ?? 0;
+    const { total, perAddress } = this.opts.maxPending ?? {
+      total: MAX_PENDING_CONNECTIONS,
+      perAddress: MAX_PENDING_PER_ADDRESS,
+    };
+    if (this.pending.size < total && (fromAddress < perAddress || isLoopback(address))) {
+      this.pendingByAddress.set(address, fromAddress + 1);
+      return true;
+    }
+    if (this.refusalsLogged.due(`pending\u0000${address}`))
+      this.logger.warn(
+        { address, pending: this.pending.size, fromAddress },
+        `connection closed: too many connections waiting to log in (at most ${perAddress} from one address, ${total} in all)`,
+      );
+    return false;
+  }
+
+  /** `client` logged in or went away: it no longer counts as waiting. */
+  private settlePending(client: Client): void {
+    const address = this.pending.get(client);
+    if (address === undefined) return;
+    this.pending.delete(client);
+    const left = (this.pendingByAddress.get(address) ?? 1) - 1;
+    if (left > 0) this.pendingByAddress.set(address, left);
+    else this.pendingByAddress.delete(address);
   }
 
   /**
@@ -261,11 +322,14 @@ export class EmbeddedBroker {
       maxBytes: limit,
       exempt: () => this.internalClients.has(client),
       onOversized: ({ cmd, bytes, topic }) => {
-        // client.id is null until the CONNECT has been read (so for an oversized CONNECT).
-        this.logger.warn(
-          { client: client.id, cmd, topic, bytes, limit: limit() },
-          'connection closed: MQTT packet too large',
-        );
+        // client.id is null until the CONNECT has been read (so for an oversized CONNECT): told once a
+        // minute per address then, as anyone reaching the port can send one after another.
+        const who = client.id ?? `address ${socket.remoteAddress ?? ''}`;
+        if (this.refusalsLogged.due(`oversized\u0000${who}`))
+          this.logger.warn(
+            { client: client.id, address: socket.remoteAddress, cmd, topic, bytes, limit: limit() },
+            'connection closed: MQTT packet too large',
+          );
         socket.destroy();
       },
     });
@@ -310,6 +374,7 @@ export class EmbeddedBroker {
   ): void {
     if (this.isAccepted(client, username, password)) {
       this.loggedIn.add(client);
+      this.settlePending(client);
       done(null, true);
       return;
     }
@@ -363,6 +428,10 @@ export class EmbeddedBroker {
     return this.opts.agentAuth !== 'per-agent' && equalSecrets(password, agentToken);
   }
 }
+
+/** 127.0.0.0/8 and ::1, also as IPv4-mapped IPv6 addresses. */
+export const isLoopback = (address: string): boolean =>
+  address === '::1' || /^(?:::ffff:)?127\./.test(address);
 
 /**
  * Newest generations looked at to name a revoked token in the log (older ones read as bad credentials): a
