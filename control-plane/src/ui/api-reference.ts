@@ -2,6 +2,7 @@ import { readFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { dirname, join, normalize } from 'node:path';
 import { Hono } from 'hono';
+import { pagePolicy } from './dashboard.ts';
 
 // swagger-ui-dist ships the reference UI as static files; serving them ourselves keeps the page
 // working on networks without internet access (no CDN).
@@ -29,17 +30,7 @@ const PAGE = `<!doctype html>
  * style attributes and draws its icons from data: URIs), requests to this server only, and no framing
  * (clickjacking: the page can send requests with the operator's token).
  */
-export const API_REFERENCE_CSP = [
-  "default-src 'self'",
-  "script-src 'self'",
-  "style-src 'self' 'unsafe-inline'",
-  "img-src 'self' data:",
-  "connect-src 'self'",
-  "object-src 'none'",
-  "base-uri 'none'",
-  "form-action 'none'",
-  "frame-ancestors 'none'",
-].join('; ');
+export const API_REFERENCE_CSP = pagePolicy({ style: "'unsafe-inline'", img: 'data:' });
 const HEADERS = { 'Content-Security-Policy': API_REFERENCE_CSP, 'X-Content-Type-Options': 'nosniff' };
 
 const INIT = `window.ui = SwaggerUIBundle({ url: '/api/v1/openapi.json', dom_id: '#ui', deepLinking: true,

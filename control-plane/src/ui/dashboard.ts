@@ -23,20 +23,26 @@ export const DASHBOARD_FILES: Readonly<Record<string, string>> = {
 };
 
 /**
- * Scripts and styles from this origin only (no inline script or style, no eval), requests to this
- * origin only (the API), no plugins, no framing, no form posting anywhere.
+ * A page's Content-Security-Policy: scripts from this origin only (no inline script, no eval), requests
+ * to this origin only (the API), no plugins, no framing, no form posting anywhere; styles and images
+ * from this origin, plus what `allow` adds to them (a page that needs inline styles or data: images).
  */
-export const DASHBOARD_CSP = [
-  "default-src 'self'",
-  "script-src 'self'",
-  "style-src 'self'",
-  "img-src 'self'",
-  "connect-src 'self'",
-  "object-src 'none'",
-  "base-uri 'none'",
-  "form-action 'none'",
-  "frame-ancestors 'none'",
-].join('; ');
+export function pagePolicy(allow: { style?: string; img?: string } = {}): string {
+  return [
+    "default-src 'self'",
+    "script-src 'self'",
+    `style-src 'self'${allow.style ? ` ${allow.style}` : ''}`,
+    `img-src 'self'${allow.img ? ` ${allow.img}` : ''}`,
+    "connect-src 'self'",
+    "object-src 'none'",
+    "base-uri 'none'",
+    "form-action 'none'",
+    "frame-ancestors 'none'",
+  ].join('; ');
+}
+
+/** The dashboard's: no inline style either. */
+export const DASHBOARD_CSP = pagePolicy();
 
 const HEADERS = {
   'Content-Security-Policy': DASHBOARD_CSP,
