@@ -114,4 +114,35 @@ describe('lock files', () => {
     release();
     expect(existsSync(lock)).toBe(true);
   });
+
+  // A full disk, for real: a tmpfs of one page, where this test can mount one (root with CAP_SYS_ADMIN).
+  const canMount = (() => {
+    if (process.getuid?.() !== 0) return false;
+    const probe = mkdtempSync(join(tmpdir(), 'ffleet-lock-mount-'));
+    const ok = spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=4k', 'tmpfs', probe]).status === 0;
+    if (ok) spawnSync('umount', [probe]);
+    rmSync(probe, { recursive: true, force: true });
+    return ok;
+  })();
+  it.runIf(canMount)(
+    'leaves no file behind when it cannot write its own (a full disk), so the next start takes it',
+    () => {
+      const small = join(dir, 'small');
+      mkdirSync(small);
+      expect(spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=4k', 'tmpfs', small]).status).toBe(0);
+      try {
+        writeFileSync(join(small, 'fill'), Buffer.alloc(4096));
+        const onFull = join(small, 'x.lock');
+        expect(() => takeLockFile(onFull, 'the thing', 'use another')).toThrow(
+          expect.objectContaining({ code: 'ENOSPC' }),
+        );
+        expect(existsSync(onFull)).toBe(false);
+        // Space back: taken at once (before, the empty file read as "another process that is starting").
+        rmSync(join(small, 'fill'));
+        takeLockFile(onFull, 'the thing', 'use another')();
+      } finally {
+        spawnSync('umount', [small]);
+      }
+    },
+  );
 });

@@ -131,9 +131,19 @@ export function takeLockFile(path: string, what: string, hint: string): () => vo
     }
     try {
       writeSync(fd, `${JSON.stringify(mine)}\n`);
-    } finally {
+    } catch (err) {
+      // Not taken after all (a full disk, an I/O error): an empty file left here would read as "another
+      // process that is starting" to every start within WRITE_WINDOW_MS, which exit 2 and systemd does
+      // not restart, so the service stayed down after the disk was freed.
       closeSync(fd);
+      try {
+        unlinkSync(path);
+      } catch {
+        // Gone already.
+      }
+      throw err;
     }
+    closeSync(fd);
     return () => {
       const text = readText(path);
       try {
