@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeTestVideo, waitFor } from '../helpers/cluster.ts';
+import { openTestDatabase } from '../helpers/db.ts';
 import { ApiClient } from './support/api-client.ts';
 import { repeatedKeys } from './support/log-lines.ts';
 import { type ChildProcessHandle, findFreePort, spawnFfleet } from './support/processes.ts';
@@ -179,4 +180,44 @@ describe('all-in-one (ffleet start)', () => {
     // The first one goes on, its data whole.
     expect((await api.get<unknown[]>('/api/v1/tasks')).body).toEqual(before.body);
   }, 120_000);
+
+  it('on PostgreSQL too, refuses a second process on its data dir before it touches the shared database', async () => {
+    const pg = await openTestDatabase('postgres');
+    const pgDir = mkdtempSync(join(tmpdir(), 'ffleet-all-in-one-pg-'));
+    const port = await findFreePort();
+    const envPg = {
+      ...env,
+      FFLEET_DATA_DIR: join(pgDir, 'data'),
+      PORT: String(port),
+      MQTT_PORT: String(await findFreePort()),
+      DATABASE_URL: pg.url!,
+    };
+    const first = spawnFfleet('start', envPg, 'all-in-one on PostgreSQL');
+    const apiPg = new ApiClient(`http://127.0.0.1:${port}`);
+    const agents = async () => (await apiPg.get<Array<{ status: string }>>('/api/v1/agents')).body;
+    try {
+      await waitFor(
+        async () => (await agents().catch(() => []))[0]?.status === 'online',
+        90_000,
+        'its agent',
+      );
+      const second = spawnFfleet(
+        'start',
+        { ...envPg, PORT: String(await findFreePort()), MQTT_PORT: String(await findFreePort()) },
+        'second start on PostgreSQL',
+      );
+      expect(await second.exited).toEqual({ code: 2, signal: null });
+      expect(second.output()).toMatch(
+        new RegExp(`^ffleet: the data dir .*data is in use by process ${first.pid} \\(`, 'm'),
+      );
+      // Its start had marked every agent offline in the shared database before its local agent found
+      // the outbox taken; the running one's agent then showed offline for good.
+      expect(second.output()).not.toContain('database ready');
+      expect((await agents()).map((a) => a.status)).toEqual(['online']);
+    } finally {
+      await first.terminate();
+      await pg.drop();
+      rmSync(pgDir, { recursive: true, force: true });
+    }
+  }, 150_000);
 });
