@@ -27,19 +27,21 @@ export function equalSecrets(given: string | Buffer | undefined, expected: strin
 const PUBLISH_KINDS = new Set<string>(AGENT_PUBLISH_KINDS);
 const AGENTS_PREFIX = agentTopic('', 'status').slice(0, -'/status'.length);
 
-/** True when `agentId` may publish on `topic` (`<root>/agents/<agentId>/<kind>`, checked per message). */
-export function mayAgentPublish(agentId: string, topic: string): boolean {
+/** The kind of `topic` when it is one `agentId` may publish on (`<root>/agents/<agentId>/<kind>`), else null. */
+export function agentPublishKind(agentId: string, topic: string): AgentTopicKind | null {
   const own = `${AGENTS_PREFIX}${agentId}/`;
-  return topic.startsWith(own) && PUBLISH_KINDS.has(topic.slice(own.length)) && AGENT_ID_RE.test(agentId);
+  if (!topic.startsWith(own) || !AGENT_ID_RE.test(agentId)) return null;
+  const kind = topic.slice(own.length);
+  return PUBLISH_KINDS.has(kind) ? (kind as AgentTopicKind) : null;
 }
+
+/** True when `agentId` may publish on `topic` (checked per message). */
+export const mayAgentPublish = (agentId: string, topic: string): boolean =>
+  agentPublishKind(agentId, topic) !== null;
 
 /** Why the broker refuses an agent's publish: not its topic, too large, retained outside its status. */
 export type PublishRefusal = 'topic' | 'too-large' | 'retained';
 export type AgentPublishVerdict = { ok: true } | { ok: false; reason: PublishRefusal };
-
-/** The largest payload `agentId` may publish on `topic` (one of its own topics). */
-export const payloadLimit = (agentId: string, topic: string): number =>
-  agentPayloadLimit(topic.slice(agentTopic(agentId, 'status').length - 'status'.length) as AgentTopicKind);
 
 /**
  * Check one publish of `agentId` (its Will included): its own topics only, a payload of at most
@@ -52,11 +54,10 @@ export function checkAgentPublish(
   agentId: string,
   packet: { topic: string; payload: Buffer | string; retain: boolean },
 ): AgentPublishVerdict {
-  if (!mayAgentPublish(agentId, packet.topic)) return { ok: false, reason: 'topic' };
-  if (Buffer.byteLength(packet.payload) > payloadLimit(agentId, packet.topic))
-    return { ok: false, reason: 'too-large' };
-  if (packet.retain && packet.topic !== agentTopic(agentId, 'status'))
-    return { ok: false, reason: 'retained' };
+  const kind = agentPublishKind(agentId, packet.topic);
+  if (kind === null) return { ok: false, reason: 'topic' };
+  if (Buffer.byteLength(packet.payload) > agentPayloadLimit(kind)) return { ok: false, reason: 'too-large' };
+  if (packet.retain && kind !== 'status') return { ok: false, reason: 'retained' };
   return { ok: true };
 }
 

@@ -1,15 +1,15 @@
 import { createServer, type Server, type Socket } from 'node:net';
-import { AGENT_ID_RE } from '@ffleet/shared';
+import { AGENT_ID_RE, agentPayloadLimit } from '@ffleet/shared';
 import { Aedes, type AedesPublishPacket, type AuthenticateError, type Client } from 'aedes';
 import type { Logger } from 'pino';
 import { AGENT_TOKEN_PREFIX, agentTokenFor } from '../agent-token.ts';
 import { OncePer } from '../scheduler/once-per.ts';
 import {
+  agentPublishKind,
   checkAgentPublish,
   equalSecrets,
   mayAgentSubscribe,
   type PublishRefusal,
-  payloadLimit,
 } from './broker-acl.ts';
 import { capPacketSize, MQTT_MAX_CONNECT_PACKET_BYTES, MQTT_MAX_PACKET_BYTES } from './packet-size-cap.ts';
 
@@ -91,9 +91,10 @@ export class EmbeddedBroker {
   private readonly refusalsLogged = new OncePer(60_000);
   /** Clients that authenticated as the internal user (by object, since their client id is free). */
   private internalClients = new WeakSet<Client>();
-  /** Clients whose CONNECT was accepted: only they may send packets over MQTT_MAX_CONNECT_PACKET_BYTES. */
-  private loggedIn = new WeakSet<Client>();
-  /** Connections that have not logged in yet, with their address. */
+  /**
+   * Connections that have not logged in yet, with their address: they may send packets of at most
+   * MQTT_MAX_CONNECT_PACKET_BYTES, and only so many of them may wait.
+   */
   private readonly pending = new Map<Client, string>();
   private readonly pendingByAddress = new Map<string, number>();
   /**
@@ -157,7 +158,6 @@ export class EmbeddedBroker {
       connectTimeout: CONNECT_TIMEOUT_MS,
     });
     this.internalClients = new WeakSet();
-    this.loggedIn = new WeakSet();
     this.ownTokenClients = new WeakMap();
     aedes.authenticate = (client, username, password, done) =>
       this.authenticate(client, username, password, done);
@@ -317,7 +317,7 @@ export class EmbeddedBroker {
    * logged in, over MQTT_MAX_PACKET_BYTES after, unless it is the control plane's.
    */
   private capPacketSize(client: Client, socket: Socket): void {
-    const limit = () => (this.loggedIn.has(client) ? MQTT_MAX_PACKET_BYTES : MQTT_MAX_CONNECT_PACKET_BYTES);
+    const limit = () => (this.pending.has(client) ? MQTT_MAX_CONNECT_PACKET_BYTES : MQTT_MAX_PACKET_BYTES);
     const capped = capPacketSize(client, {
       maxBytes: limit,
       exempt: () => this.internalClients.has(client),
@@ -353,7 +353,12 @@ export class EmbeddedBroker {
         return;
       case 'too-large':
         this.logger.warn(
-          { agent, topic, bytes: Buffer.byteLength(packet.payload), limit: payloadLimit(agent, topic) },
+          {
+            agent,
+            topic,
+            bytes: Buffer.byteLength(packet.payload),
+            limit: agentPayloadLimit(agentPublishKind(agent, topic) ?? 'events'),
+          },
           'publish refused: payload too large',
         );
         return;
@@ -373,7 +378,6 @@ export class EmbeddedBroker {
     done: (error: AuthenticateError | null, success: boolean | null) => void,
   ): void {
     if (this.isAccepted(client, username, password)) {
-      this.loggedIn.add(client);
       this.settlePending(client);
       done(null, true);
       return;
