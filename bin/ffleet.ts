@@ -1,6 +1,5 @@
-import { mkdirSync } from 'node:fs';
-import { join, resolve } from 'node:path';
-import { AGENT_ID_RE, takeLockFile } from '@ffleet/shared';
+import { resolve } from 'node:path';
+import { AGENT_ID_RE } from '@ffleet/shared';
 import { Command, CommanderError } from 'commander';
 import { AGENT_ENV_VARS, AgentConfigError, parseAgentConfig } from '../agent/src/config.ts';
 import type { FleetAgent } from '../agent/src/fleet-agent.ts';
@@ -100,20 +99,7 @@ async function runControlPlane(withLocalAgent: boolean): Promise<void> {
   const config: ControlPlaneConfig = parsed.value;
   const logger = makeLogger(config.logLevel);
   let cp: RunningControlPlane;
-  // With a local agent on a PostgreSQL server, nothing else would stop a second process on this data
-  // dir before its local agent found the outbox taken, after its whole start: the start marks every
-  // agent offline in the shared database, so the running one's showed offline and its watchfolders went
-  // unscanned. (On PGlite the embedded database's lock, taken first, refuses it.)
-  let releaseStart = () => {};
   try {
-    if (config.localAgent && config.databaseUrl) {
-      mkdirSync(config.dataDir, { recursive: true });
-      releaseStart = takeLockFile(
-        join(config.dataDir, 'start.lock'),
-        `the data dir ${config.dataDir}`,
-        'stop it first, or give this process its own FFLEET_DATA_DIR',
-      );
-    }
     const { startControlPlane } = await loadControlPlane();
     cp = await startControlPlane(
       config,
@@ -163,12 +149,10 @@ async function runControlPlane(withLocalAgent: boolean): Promise<void> {
       await agent?.drain();
       await agent?.stop();
       await cp.stop();
-      releaseStart();
     },
     async () => {
       await agent?.stop({ flushMs: 2_000 });
       await cp.stop();
-      releaseStart();
     },
     agent !== null,
   );

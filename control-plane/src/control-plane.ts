@@ -131,6 +131,19 @@ export async function startControlPlane(
   }
   try {
     if (!config.databaseUrl) stops.push(await claimEmbeddedDatabase(config.dataDir));
+    // With a local agent on a PostgreSQL server, the data dir holds that agent's outbox, which it locks
+    // only once it starts, after this whole start (which marks every agent offline in the shared
+    // database: a second process on the data dir left the running one's agent offline, its watchfolders
+    // unscanned). Taken first here, as the embedded database's lock is.
+    else if (opts.localAgentName) {
+      await makeDirectory(config.dataDir);
+      const release = takeLockFile(
+        join(config.dataDir, 'start.lock'),
+        `the data dir ${config.dataDir}`,
+        'stop that process first, or give this one its own FFLEET_DATA_DIR',
+      );
+      stops.push(async () => release());
+    }
     const database = config.databaseUrl
       ? await openDatabase({ kind: 'postgres', url: config.databaseUrl, prepare: config.pgPrepare }).catch(
           (err: unknown) => {
