@@ -573,7 +573,10 @@ export class FleetAgent {
           'handing back a task the previous process of this agent was running',
         );
       else
-        this.#log.error({ taskId: report.taskId, error: put.error }, 'could not hand back a stranded task');
+        this.#log.error(
+          { taskId: report.taskId, error: put.error },
+          'could not store the hand-back of a stranded task: it is sent from memory once connected',
+        );
     }
   }
 

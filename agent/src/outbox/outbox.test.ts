@@ -17,6 +17,7 @@ import { fileURLToPath } from 'node:url';
 import { crc32 } from 'node:zlib';
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { canMountTmpfs, mountSmallTmpfs, type SmallTmpfs } from '../../../test/helpers/small-tmpfs.ts';
 import { Outbox, type OutboxEvent, type OutboxOptions } from './outbox.ts';
 
 const silent = pino({ level: 'silent' });
@@ -547,5 +548,63 @@ describe('Outbox', () => {
       `outbox put latency sequential p50=${p(0.5)}ms p99=${p(0.99)}ms; 200 concurrent puts ${parallelMs.toFixed(0)}ms`,
     );
     expect(o.size()).toBe(400);
+  });
+
+  describe.runIf(canMountTmpfs)('on a disk that fills up (a real tmpfs)', () => {
+    let disk: SmallTmpfs;
+    beforeEach(() => {
+      disk = mountSmallTmpfs('256k');
+      dir = join(disk.dir, 'outbox');
+    });
+    afterEach(async () => {
+      await Promise.all(open.splice(0).map((o) => o.stop()));
+      disk.remove();
+    });
+    // Over a page each: a put never fits in what is left of the journal's last page.
+    const payload = (i: number) => JSON.stringify({ seq: i, pad: 'x'.repeat(5_000) });
+
+    it('keeps a put the disk refused in memory, lists it in order, and writes it once there is space', async () => {
+      const { logger, records } = captureLogger();
+      const o = await openOutbox(logger, { unsavedRetryMs: 50 });
+      expect((await o.put('t:1:0', 'topic', payload(0))).ok).toBe(true);
+      disk.fill();
+      const refused = await o.put('t:1:1', 'topic', payload(1));
+      expect(refused).toEqual({ ok: false, error: expect.stringMatching(/ENOSPC/) });
+      // Before, the entry was gone here: nothing would have replayed it.
+      expect(o.has('t:1:1')).toBe(true);
+      expect(o.unsaved()).toBe(1);
+      expect(o.list().map((e) => e.key)).toEqual(['t:1:0', 't:1:1']);
+      expect(o.size()).toBe(2);
+      // Still full: the retries fail, the entry stays.
+      await new Promise((r) => setTimeout(r, 200));
+      expect(o.unsaved()).toBe(1);
+      disk.free();
+      await expect.poll(() => o.unsaved(), { timeout: 5_000 }).toBe(0);
+      expect(records.some((r) => r.msg === 'outbox entries the disk had refused are written now')).toBe(true);
+      await o.stop();
+      open.splice(open.indexOf(o), 1);
+      const again = await openOutbox();
+      expect(again.list().map((e) => [e.key, e.payload])).toEqual([
+        ['t:1:0', payload(0)],
+        ['t:1:1', payload(1)],
+      ]);
+    });
+
+    it('forgets an unsaved entry at its ack, and bounds their memory by dropping the oldest', async () => {
+      const { logger, records } = captureLogger();
+      const o = await openOutbox(logger, { unsavedRetryMs: 60_000, maxUnsavedBytes: 12_000 });
+      disk.fill();
+      for (let i = 0; i < 3; i++) expect((await o.put(`t:1:${i}`, 'topic', payload(i))).ok).toBe(false);
+      // ~5 kB each against 12 kB: the oldest went.
+      expect(o.list().map((e) => e.key)).toEqual(['t:1:1', 't:1:2']);
+      expect(records.some((r) => String(r.msg).startsWith('outbox: dropped the oldest entries'))).toBe(true);
+      expect(await o.ack('t:1:1')).toBe(true);
+      expect(o.list().map((e) => e.key)).toEqual(['t:1:2']);
+      expect(o.unsaved()).toBe(1);
+      await o.stop();
+      expect(records.some((r) => String(r.msg).startsWith('outbox entries the disk refused are lost'))).toBe(
+        true,
+      );
+    });
   });
 });

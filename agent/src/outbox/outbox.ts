@@ -33,8 +33,16 @@ import type { Logger } from 'pino';
  * Damage. On start a line whose CRC or shape is wrong is never taken as data: when good lines follow it
  * (damage in the middle) it is skipped, logged, and its bytes copied to `journal.corrupt` for a human;
  * when none follow it is the torn tail of a write that never returned (its put was not confirmed), and
- * is dropped. A write that fails fails every put of its group (`ok: false`, the entries they replaced
- * come back) and the file is truncated back to where the group started.
+ * is dropped. A write that fails fails every put of its group (`ok: false`) and the file is truncated
+ * back to where the group started.
+ *
+ * Unsaved entries. A put whose write failed (a full disk, an I/O error) is not dropped: the agent has
+ * nothing else that remembers it (a task's final report, sent once while the control plane could not
+ * apply it, was lost, and the task ran again as a new attempt after its lease, post-processing twice).
+ * It stays live in memory, is listed and replayed like a stored entry until its ack, and is written by
+ * the next compaction that succeeds (tried again every `UNSAVED_RETRY_MS` while any is left). Only a
+ * process that ends meanwhile loses it, and says so. Unsaved entries hold at most `MAX_UNSAVED_BYTES`;
+ * beyond that the oldest go, logged.
  *
  * Compaction. At start, whenever the file holds anything but a header and live puts (acks, replaced
  * puts, damage, a torn tail), and at run time once it is over `compactBytes` (4 MiB) and at least half
@@ -87,6 +95,10 @@ export interface OutboxOptions {
   ackFlushMs?: number;
   /** Told of each journal write, fdatasync and compaction (tests count syncs with it). */
   onEvent?: (event: OutboxEvent) => void;
+  /** How often a compaction is tried while entries are unsaved (default `UNSAVED_RETRY_MS`). */
+  unsavedRetryMs?: number;
+  /** Memory for unsaved entries (default `MAX_UNSAVED_BYTES`). */
+  maxUnsavedBytes?: number;
 }
 
 const JOURNAL = 'journal.log';
@@ -102,11 +114,17 @@ const NEWLINE = 0x0a;
 /** Append-only, created if missing. */
 const APPEND_FLAGS = constants.O_WRONLY | constants.O_CREAT | constants.O_APPEND;
 const STORED: Promise<PutResult> = Promise.resolve({ ok: true });
+/** Unsaved entries are written by a compaction tried this often while any is left. */
+const UNSAVED_RETRY_MS = 5_000;
+/** Memory for unsaved entries (a report is kilobytes, at most 16 MiB): the oldest beyond this go. */
+const MAX_UNSAVED_BYTES = 64 * 1024 * 1024;
 
 interface Slot extends OutboxEntry {
   order: number;
   /** Its put line is on disk (fdatasync'd, or loaded from disk). */
   persisted: boolean;
+  /** Its write failed: live in memory only, until a compaction writes it (see the module comment). */
+  unsaved: boolean;
   /** Bytes of its put line (for the compaction heuristic). */
   bytes: number;
   /** The entry it replaced, kept while this one is not persisted (to restore it if the write fails). */
@@ -133,6 +151,8 @@ export class Outbox {
   private readonly compactBytes: number;
   private readonly ackFlushMs: number;
   private readonly onEvent: ((event: OutboxEvent) => void) | undefined;
+  private readonly unsavedRetryMs: number;
+  private readonly maxUnsavedBytes: number;
   /** Live entries; Map insertion order is put order, which is also journal order. */
   private readonly entries = new Map<string, Slot>();
   private queue: Pending[] = [];
@@ -155,6 +175,12 @@ export class Outbox {
   private fileSize = 0;
   /** Sum of `bytes` over `entries`. */
   private liveBytes = 0;
+  /** Entries whose write failed, live in memory only, and their bytes (see the module comment). */
+  private unsavedCount = 0;
+  private unsavedBytes = 0;
+  /** No compaction for unsaved entries before this time (Date.now()). */
+  private unsavedRetryAt = 0;
+  private unsavedTimer: NodeJS.Timeout | null = null;
   /** Run-time compaction is not tried again before the file reaches this size (after a failure). */
   private compactRetryAt = 0;
   /** A failed write may have left a partial line that could not be truncated: start the next on a new line. */
@@ -174,6 +200,8 @@ export class Outbox {
     this.compactBytes = opts.compactBytes ?? DEFAULT_COMPACT_BYTES;
     this.ackFlushMs = opts.ackFlushMs ?? DEFAULT_ACK_FLUSH_MS;
     this.onEvent = opts.onEvent;
+    this.unsavedRetryMs = opts.unsavedRetryMs ?? UNSAVED_RETRY_MS;
+    this.maxUnsavedBytes = opts.maxUnsavedBytes ?? MAX_UNSAVED_BYTES;
   }
 
   /**
@@ -237,6 +265,7 @@ export class Outbox {
       ts,
       order,
       persisted: false,
+      unsaved: false,
       bytes: Buffer.byteLength(line),
       prev: existing,
       write: STORED,
@@ -262,11 +291,11 @@ export class Outbox {
     return true;
   }
 
-  /** Stored entries in insertion order (the order to replay them in). */
+  /** Stored and unsaved entries in insertion order (the order to replay them in). */
   list(): OutboxEntry[] {
     const out: OutboxEntry[] = [];
     for (const s of this.entries.values()) {
-      if (s.persisted) out.push({ key: s.key, topic: s.topic, payload: s.payload, ts: s.ts });
+      if (s.persisted || s.unsaved) out.push({ key: s.key, topic: s.topic, payload: s.payload, ts: s.ts });
     }
     return out;
   }
@@ -276,11 +305,16 @@ export class Outbox {
     return this.entries.has(key);
   }
 
-  /** Number of stored entries. */
+  /** Number of stored and unsaved entries. */
   size(): number {
     let n = 0;
-    for (const s of this.entries.values()) if (s.persisted) n++;
+    for (const s of this.entries.values()) if (s.persisted || s.unsaved) n++;
     return n;
+  }
+
+  /** Number of entries held in memory only, their write having failed. */
+  unsaved(): number {
+    return this.unsavedCount;
   }
 
   /** Wait for in-flight writes (puts and acks) and close the journal; further puts are refused. Idempotent. */
@@ -297,6 +331,13 @@ export class Outbox {
     while (this.pumping) await this.pumping;
     if (this.ackTimer) clearTimeout(this.ackTimer);
     this.ackTimer = null;
+    if (this.unsavedTimer) clearTimeout(this.unsavedTimer);
+    this.unsavedTimer = null;
+    if (this.unsavedCount > 0)
+      this.logger.error(
+        { entries: this.unsavedCount, bytes: this.unsavedBytes },
+        'outbox entries the disk refused are lost with this process (the control plane had not acknowledged them)',
+      );
     this.closed = true;
     await this.closeJournal();
     this.releaseLock?.();
@@ -322,6 +363,41 @@ export class Outbox {
     if (this.entries.get(slot.key) !== slot) return;
     this.entries.delete(slot.key);
     this.liveBytes -= slot.bytes;
+    if (slot.unsaved) this.setUnsaved(slot, false);
+  }
+
+  private setUnsaved(slot: Slot, unsaved: boolean): void {
+    if (slot.unsaved === unsaved) return;
+    slot.unsaved = unsaved;
+    this.unsavedCount += unsaved ? 1 : -1;
+    this.unsavedBytes += unsaved ? slot.bytes : -slot.bytes;
+  }
+
+  /** Keep a live entry whose write failed in memory (see the module comment). */
+  private keepUnsaved(slot: Slot): void {
+    this.setUnsaved(slot, true);
+    let dropped = 0;
+    for (const s of this.entries.values()) {
+      if (this.unsavedBytes <= this.maxUnsavedBytes) break;
+      if (!s.unsaved || s === slot) continue;
+      this.forget(s);
+      dropped++;
+    }
+    if (dropped > 0)
+      this.logger.error(
+        { dropped, limit: this.maxUnsavedBytes },
+        'outbox: dropped the oldest entries the disk refused, to bound the memory they hold',
+      );
+  }
+
+  /** While entries are unsaved, run the pump again later, for its compaction (see compactDue). */
+  private retryUnsavedLater(): void {
+    if (this.unsavedTimer || this.unsavedCount === 0 || this.stopped) return;
+    this.unsavedTimer = setTimeout(() => {
+      this.unsavedTimer = null;
+      if (this.unsavedCount > 0 && !this.stopped) this.kick();
+    }, this.unsavedRetryMs);
+    this.unsavedTimer.unref();
   }
 
   private append(line: string, slot: Slot | null): Promise<PutResult> {
@@ -364,10 +440,16 @@ export class Outbox {
       }
     } finally {
       this.pumping = null;
+      this.retryUnsavedLater();
     }
   }
 
   private compactDue(): boolean {
+    if (this.unsavedCount > 0 && !this.stopped && Date.now() >= this.unsavedRetryAt) {
+      // Tried once per unsavedRetryMs: on a disk that stays full, not a rewrite per put.
+      this.unsavedRetryAt = Date.now() + this.unsavedRetryMs;
+      return true;
+    }
     return (
       this.fd >= 0 &&
       this.fileSize >= this.compactBytes &&
@@ -419,16 +501,8 @@ export class Outbox {
         slot.prev = undefined;
         p.resolve({ ok: true });
       } else {
-        if (this.entries.get(slot.key) === slot) {
-          this.forget(slot);
-          // The entry it replaced is still on disk, so keep serving it.
-          let back = slot.prev;
-          while (back && !back.persisted) back = back.prev;
-          if (back) {
-            this.entries.set(back.key, back);
-            this.liveBytes += back.bytes;
-          }
-        }
+        // Still live (not acked or replaced meanwhile): kept in memory until acked or written.
+        if (this.entries.get(slot.key) === slot) this.keepUnsaved(slot);
         p.resolve({ ok: false, error });
       }
     }
@@ -464,8 +538,8 @@ export class Outbox {
     const live: Slot[] = [];
     for (const s of this.entries.values()) {
       let at: Slot | undefined = s;
-      // An entry being replaced stays on disk until its replacement is.
-      while (at && !at.persisted) at = at.prev;
+      // An entry being replaced stays on disk until its replacement is; an unsaved one is written now.
+      while (at && !at.persisted && !at.unsaved) at = at.prev;
       if (at) live.push(at);
     }
     live.sort((a, b) => a.order - b.order);
@@ -499,6 +573,16 @@ export class Outbox {
     this.needNewline = false;
     this.unsynced = false;
     this.compactRetryAt = 0;
+    let saved = 0;
+    for (const s of live) {
+      if (!s.unsaved) continue;
+      this.setUnsaved(s, false);
+      s.persisted = true;
+      s.prev = undefined;
+      saved++;
+    }
+    if (saved > 0)
+      this.logger.info({ entries: saved }, 'outbox entries the disk had refused are written now');
     try {
       await fsyncDir(this.dir);
     } catch (err) {
@@ -556,6 +640,7 @@ export class Outbox {
             ts: rec.ts,
             order: rec.order,
             persisted: true,
+            unsaved: false,
             bytes: end - start,
             prev: undefined,
             write: STORED,
@@ -624,6 +709,7 @@ export class Outbox {
         ...entry,
         order: Math.max(order, this.nextOrder),
         persisted: true,
+        unsaved: false,
         bytes: 0,
         prev: undefined,
         write: STORED,

@@ -160,7 +160,10 @@ export class AgentSession extends EventEmitter<SessionEvents> {
     if (resendMs > 0) this.timers.resend = setInterval(() => this.resendStale(resendMs), resendMs);
   }
 
-  /** Store a task report in the outbox and publish it; `ok: false` means it is not on disk (sent best-effort). */
+  /**
+   * Store a task report in the outbox and publish it; `ok: false` means it is not on disk (held in memory
+   * and resent until acknowledged, see OutboxPublisher.send).
+   */
   publishReport(report: TaskReport): Promise<PutResult> {
     let payload = JSON.stringify(report);
     const slim = slimOversizedReport(report, payload);

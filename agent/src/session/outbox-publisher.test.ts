@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { MQTT_MAX_PAYLOAD_BYTES } from '@ffleet/shared';
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { canMountTmpfs, mountSmallTmpfs } from '../../../test/helpers/small-tmpfs.ts';
 import { Outbox } from '../outbox/outbox.ts';
 import { OutboxPublisher } from './outbox-publisher.ts';
 
@@ -122,4 +123,38 @@ describe('OutboxPublisher', () => {
     expect(publisher.resendStale(1_000, { all: true })).toBe(1);
     expect(sent).toEqual(['c']);
   });
+
+  it.runIf(canMountTmpfs)(
+    'replays a report its full disk refused, on reconnect and as a stale resend, until it is acknowledged',
+    async () => {
+      const disk = mountSmallTmpfs('64k');
+      const full = new Outbox({ dir: join(disk.dir, 'outbox'), logger: silent, unsavedRetryMs: 60_000 });
+      try {
+        await full.start();
+        const keys: string[] = [];
+        const p = new OutboxPublisher({
+          outbox: full,
+          logger: silent,
+          publish: (_t, _p, key) => keys.push(key),
+        });
+        disk.fill();
+        const big = JSON.stringify({ final: true, pad: 'x'.repeat(5_000) });
+        // Offline (the control plane's broker is down) when the run ends: before, this report was lost.
+        expect(await p.send('task:1:9', 'agents/a/events', big)).toMatchObject({ ok: false });
+        expect(keys).toEqual([]);
+        expect(p.goOnline()).toBe(1);
+        expect(keys).toEqual(['task:1:9']);
+        // Not acknowledged (the control plane could not apply it): sent again, like a stored entry.
+        await new Promise((r) => setTimeout(r, 20));
+        expect(p.resendStale(10, { all: true })).toBe(1);
+        expect(keys).toEqual(['task:1:9', 'task:1:9']);
+        p.acknowledge('task:1:9');
+        expect(p.resendStale(0, { all: true })).toBe(0);
+        expect(full.has('task:1:9')).toBe(false);
+      } finally {
+        await full.stop();
+        disk.remove();
+      }
+    },
+  );
 });

@@ -48,8 +48,9 @@ export class OutboxPublisher {
   }
 
   /**
-   * Store and publish; resolves once stored. `ok: false` means not on disk (then sent best-effort if
-   * online, else lost).
+   * Store and publish; resolves once stored. `ok: false` means not on disk: the outbox keeps it in
+   * memory (see outbox.ts, "Unsaved entries"), so it is replayed and resent like a stored entry until
+   * acknowledged, and lost only if this process ends first.
    */
   async send(key: string, topic: string, payload: string): Promise<PutResult> {
     const writing = this.store(key, topic, payload);
@@ -148,7 +149,7 @@ export class OutboxPublisher {
       const left = (this.pendingKeys.get(p.key) ?? 1) - 1;
       if (left > 0) this.pendingKeys.set(p.key, left);
       else this.pendingKeys.delete(p.key);
-      // Offline: a stored entry is replayed by goOnline; an unstored one cannot be.
+      // Offline: goOnline replays it from the outbox (which keeps even an entry the disk refused).
       if (!this.online) continue;
       if (p.transient) {
         this.publish(p.topic, p.payload, p.key);
