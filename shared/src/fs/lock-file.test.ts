@@ -12,6 +12,7 @@ import {
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { canMountTmpfs, mountSmallTmpfs } from '../../../test/helpers/small-tmpfs.ts';
 import { LockedError, takeLockFile } from './lock-file.ts';
 
 describe('lock files', () => {
@@ -116,33 +117,36 @@ describe('lock files', () => {
   });
 
   // A full disk, for real: a tmpfs of one page, where this test can mount one (root with CAP_SYS_ADMIN).
-  const canMount = (() => {
-    if (process.getuid?.() !== 0) return false;
-    const probe = mkdtempSync(join(tmpdir(), 'ffleet-lock-mount-'));
-    const ok = spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=4k', 'tmpfs', probe]).status === 0;
-    if (ok) spawnSync('umount', [probe]);
-    rmSync(probe, { recursive: true, force: true });
-    return ok;
-  })();
-  it.runIf(canMount)(
+  it.runIf(canMountTmpfs)(
     'leaves no file behind when it cannot write its own (a full disk), so the next start takes it',
     () => {
-      const small = join(dir, 'small');
-      mkdirSync(small);
-      expect(spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=4k', 'tmpfs', small]).status).toBe(0);
+      const small = mountSmallTmpfs('4k', join(dir, 'small'));
       try {
-        writeFileSync(join(small, 'fill'), Buffer.alloc(4096));
-        const onFull = join(small, 'x.lock');
+        small.fill();
+        const onFull = join(small.dir, 'x.lock');
         expect(() => takeLockFile(onFull, 'the thing', 'use another')).toThrow(
           expect.objectContaining({ code: 'ENOSPC' }),
         );
         expect(existsSync(onFull)).toBe(false);
         // Space back: taken at once (before, the empty file read as "another process that is starting").
-        rmSync(join(small, 'fill'));
+        small.free();
         takeLockFile(onFull, 'the thing', 'use another')();
       } finally {
-        spawnSync('umount', [small]);
+        small.remove();
       }
     },
   );
+
+  it.runIf(canMountTmpfs)('says a read-only file system is read-only, not a question of ownership', () => {
+    const disk = mountSmallTmpfs('64k', join(dir, 'ro'));
+    try {
+      expect(spawnSync('mount', ['-o', 'remount,ro', disk.dir]).status).toBe(0);
+      const take = () => takeLockFile(join(disk.dir, 'x.lock'), 'the outbox /d', 'use another');
+      expect(take).toThrow(LockedError);
+      expect(take).toThrow(/the outbox \/d cannot be used: the file system holding .* is read-only/);
+      expect(take).not.toThrow(/give the data dir/);
+    } finally {
+      disk.remove();
+    }
+  });
 });

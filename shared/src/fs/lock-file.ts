@@ -97,7 +97,13 @@ export function takeLockFile(path: string, what: string, hint: string): () => vo
       fd = openSync(path, 'wx', 0o600);
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
-      if (code === 'EACCES' || code === 'EPERM' || code === 'EROFS')
+      if (code === 'EROFS')
+        throw new LockedError(
+          `${what} cannot be used: the file system holding ${path} is read-only (mounted read-only, or ` +
+            'switched to read-only by the kernel after disk errors: see dmesg); make it writable, or choose ' +
+            'another data dir (FFLEET_DATA_DIR)',
+        );
+      if (code === 'EACCES' || code === 'EPERM')
         throw new LockedError(
           `${what} cannot be used: ${(err as Error).message}; give the data dir (FFLEET_DATA_DIR) to the user ` +
             `running ffleet${process.getuid ? ` (user id ${process.getuid()})` : ''}, or choose another`,
