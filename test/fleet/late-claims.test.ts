@@ -2,7 +2,8 @@
  * Stops that meet a claim in flight: the control plane has granted an agent's claim (the task shows
  * RUNNING) but the agent has not heard the answer yet when it is told to stop. A relay holds the
  * broker's answers to the agent. The lease is long here, so that only the agent's own handling (not a
- * lease expiring) can move the task, however loaded the machine.
+ * lease expiring) can move the task, however loaded the machine. Also here, for its relay and long lease:
+ * a run whose end meets a full disk on the agent and a dropped connection.
  */
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
@@ -14,8 +15,11 @@ import {
   makeTestVideo,
   processesMatching,
   TestCluster,
+  waitFor,
+  writeScript,
 } from '../helpers/cluster.ts';
 import { holdRelay } from '../helpers/hold-relay.ts';
+import { canMountTmpfs, mountSmallTmpfs } from '../helpers/small-tmpfs.ts';
 import { ENCODE, md5, referenceEncode } from './support/fixtures.ts';
 
 describe('stops meeting a claim in flight', () => {
@@ -169,4 +173,60 @@ describe('stops meeting a claim in flight', () => {
       await relay.close();
     }
   }, 120_000);
+
+  it.runIf(canMountTmpfs)(
+    'finishes on its first attempt a task whose final report met a full disk and a dropped connection',
+    async () => {
+      const target = out('full-disk.mp4');
+      const started = join(c.dir, 'full-disk-pre-started');
+      const pre = writeScript(c.dir, 'scripts/full-disk-pre.sh', `touch ${started}\nsleep 2`);
+      const disk = mountSmallTmpfs('1m');
+      const relay = await holdRelay(c.mqttUrl);
+      try {
+        const agent = await c.startAgent({
+          name: 'full-disk',
+          env: { MQTT_URL: relay.url, FFLEET_DATA_DIR: disk.dir },
+        });
+        const task = await c.api.createTask({
+          // A long comment: ffmpeg prints it, so the run's final report (carrying the transcoder's output)
+          // needs pages of the full disk that it cannot have.
+          command: `-y -i \${INPUT_FILE} -c:v mpeg4 -q:v 10 -metadata comment=${'x'.repeat(10_000)} \${OUTPUT_FILE}`,
+          inputFile: clip4,
+          outputFile: target,
+          preProcessing: { scriptPath: pre },
+          requires: [`agent:${c.agentName('full-disk')}`],
+        });
+        // While the pre-processing script runs, the agent's disk fills up and what it sends stops reaching
+        // the broker: the final report cannot be stored, and its send is lost with the connection.
+        await waitFor(() => existsSync(started), 20_000, 'the pre-processing script started');
+        disk.fill();
+        relay.holdUp();
+        await waitFor(
+          () => existsSync(target) && processesMatching(target).length === 0,
+          20_000,
+          'the run ended',
+        );
+        await agent.waitUntil(
+          () => agent.output().includes('outbox write failed'),
+          10_000,
+          'a refused report',
+        );
+        await sleep(500);
+        relay.drop();
+        // Reconnected: the report comes from the agent's memory (mqtt.js sends an unacknowledged publish
+        // again; the outbox keeps its own copy for the case where the broker took it and the control plane
+        // could not apply it, outbox-publisher.test.ts). Nothing runs twice, nothing waits for the lease.
+        const done = await c.api.waitForTask(task.id, (t) => t.status.startsWith('DONE_'), 30_000);
+        expect(done).toMatchObject({ status: 'DONE_SUCCESSFUL', attempt: 1 });
+        expect((await c.api.taskLogs(task.id)).match(/transcoder: \$ /g)).toHaveLength(1);
+        disk.free();
+        await agent.terminate('SIGTERM');
+      } finally {
+        await relay.close();
+        await c.stopAgents();
+        disk.remove();
+      }
+    },
+    120_000,
+  );
 });
