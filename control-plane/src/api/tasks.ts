@@ -79,7 +79,11 @@ export const tasksApi = new Hono<ApiEnv>()
     const text = await getTaskLogs(c.var.ctx, c.req.param('id'));
     return c.text(text, 200, { 'Content-Type': 'text/plain; charset=utf-8' });
   })
-  .on(['PATCH', 'POST'], '/:id/cancel', async (c) => c.json(await cancelTask(c.var.ctx, c.req.param('id'))))
+  .on(['PATCH', 'POST'], '/:id/cancel', async (c) => {
+    // A running task's answer says what its cancel waits for (waitingFor).
+    const [task] = await withWaitingFor(c.var.ctx, [await cancelTask(c.var.ctx, c.req.param('id'))]);
+    return c.json(task);
+  })
   .on(['PATCH', 'POST'], '/:id/restart', async (c) => c.json(await restartTask(c.var.ctx, c.req.param('id'))))
   .delete('/:id', async (c) => {
     await deleteTask(c.var.ctx, c.req.param('id'));

@@ -8,7 +8,8 @@ import { describe, expect, it } from 'vitest';
 import { databaseOutage, defaultDbKind } from '../../../test/helpers/db.ts';
 import { sampleBirth } from '../broker/test-brokers.ts';
 import { tasks } from '../db/schema.ts';
-import { createTask } from '../services/tasks.ts';
+import { CANCEL_ANSWER_WAIT_MS, cancelTask, createTask, getTask, getTaskLogs } from '../services/tasks.ts';
+import { withWaitingFor } from '../services/waiting-for.ts';
 import { useTestFleets } from './fake-mqtt.ts';
 import { resumeGraceMs } from './fleet.ts';
 
@@ -26,8 +27,8 @@ describe('leases across the control plane’s own absences', () => {
   const startFleet = useTestFleets();
 
   /** A fleet hearing one agent, `a1`, which has claimed one task. */
-  async function fleetWithClaimedTask() {
-    const { mqtt, ctx, records, database } = await startFleet({ leaseTtlMs: LEASE_TTL_MS });
+  async function fleetWithClaimedTask(leaseTtlMs = LEASE_TTL_MS) {
+    const { mqtt, ctx, records, database } = await startFleet({ leaseTtlMs });
     await mqtt.birth('a1', sampleBirth('a1'));
     const task = await createTask(
       ctx,
@@ -40,7 +41,7 @@ describe('leases across the control plane’s own absences', () => {
     await mqtt.request('a1', { type: 'claim', requestId: 'c1', max: 1 });
     const row = async () => (await database.db.select().from(tasks).where(eq(tasks.id, task.id)))[0]!;
     await poll(async () => (await row()).status === 'RUNNING', 5_000, 'claimed');
-    return { mqtt, records, row, task, database };
+    return { mqtt, records, row, task, database, ctx };
   }
 
   it('answers every report of a lost lease with a cancel, and logs them once', async () => {
@@ -62,6 +63,29 @@ describe('leases across the control plane’s own absences', () => {
     const warned = records.filter((r) => r.msg === 'stale report; telling the agent to stop');
     expect(warned.map((r) => r.level)).toEqual([40]);
   });
+
+  it('says what a running task’s cancel waits for, and how it ended when its agent never confirmed it', async () => {
+    // Longer than a cancel waits for its agent's answer (CANCEL_ANSWER_WAIT_MS).
+    const leaseTtlMs = CANCEL_ANSWER_WAIT_MS + 3_000;
+    const { mqtt, row, task, ctx } = await fleetWithClaimedTask(leaseTtlMs);
+    const waitingFor = async () => (await withWaitingFor(ctx, [await getTask(ctx, task.id)]))[0]!.waitingFor;
+    const [asked] = await withWaitingFor(ctx, [await cancelTask(ctx, task.id)]);
+    expect(asked).toMatchObject({
+      status: 'RUNNING',
+      waitingFor: 'its cancel: agent a1 is stopping the run',
+    });
+    // The agent goes (its Last Will) without confirming: only the lease can end the task now.
+    await mqtt.birth('a1', { ...sampleBirth('a1'), state: 'offline' });
+    await poll(async () => /is offline/.test((await waitingFor()) ?? ''), 5_000, 'agent offline');
+    expect(await waitingFor()).toMatch(
+      /^its cancel: agent a1 is offline; the task is canceled when its lease runs out \(in [0-3] s\), or as soon as the agent reports back$/,
+    );
+    await poll(async () => (await row()).status === 'DONE_CANCELED', leaseTtlMs + 5_000, 'canceled');
+    expect(await waitingFor()).toBeUndefined();
+    expect(await getTaskLogs(ctx, task.id)).toContain(
+      'canceled without agent a1, which did not confirm the stop (lease expired); if its run is still going, the agent stops it when it is back in touch, and any partial output stays',
+    );
+  }, 30_000);
 
   it('expires no lease for the time the control plane itself did not run, and still expires lost ones', async () => {
     const { records, row } = await fleetWithClaimedTask();

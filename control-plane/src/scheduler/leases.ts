@@ -143,6 +143,13 @@ export async function requeueLostTask(
     lostRun: null,
   };
   if (t.cancelRequested) {
+    // The agent never confirmed the stop: say so, and what that leaves (an agent cut off from the control
+    // plane may still run the step; it stops it when it is back in touch, keeping the partial output,
+    // since by then the path may be new work's).
+    await log(
+      `canceled without agent ${who}, which did not confirm the stop (${why}); if its run is still going, ` +
+        'the agent stops it when it is back in touch, and any partial output stays',
+    );
     await saveTaskChange(
       tx,
       ev,

@@ -1,6 +1,8 @@
 import { reservedLabelProblem, type Task } from '@ffleet/shared';
+import { and, eq } from 'drizzle-orm';
+import { anyOf } from '../db/array-literal.ts';
 import { type AgentRow, effectiveLabels, effectiveSlots } from '../db/mappers.ts';
-import { agents } from '../db/schema.ts';
+import { agents, tasks } from '../db/schema.ts';
 import { claimBlocker, offers } from '../scheduler/capabilities.ts';
 import type { ServiceContext } from './context.ts';
 
@@ -45,15 +47,53 @@ export function waitingReason(
 }
 
 /**
- * The tasks with `waitingFor` set on those QUEUED and not being claimed. The agents are read once,
- * only when a task is QUEUED; a reason is worked out once per distinct `requires`.
+ * Why a running task whose cancel was asked for still runs: its agent has not confirmed the stop yet.
+ * An offline agent cannot be told, so the cancel completes when the task's lease runs out (the agent may
+ * be cut off and still running the step: nothing else may write its output before then).
+ */
+export function cancelReason(agentName: string | null, agentOnline: boolean, leaseLeftMs: number): string {
+  const who = `agent ${agentName ?? '(unknown)'}`;
+  if (agentOnline) return `its cancel: ${who} is stopping the run`;
+  const left = Math.max(0, Math.ceil(leaseLeftMs / 1000));
+  return `its cancel: ${who} is offline; the task is canceled when its lease runs out (in ${left} s), or as soon as the agent reports back`;
+}
+
+/** Running tasks among `ids` whose cancel is pending → the reason they still run. */
+async function pendingCancels(ctx: ServiceContext, ids: string[]): Promise<Map<string, string>> {
+  const rows = await ctx.database.db
+    .select({
+      id: tasks.id,
+      leaseExpiresAt: tasks.leaseExpiresAt,
+      agentName: agents.name,
+      agentOnline: agents.online,
+    })
+    .from(tasks)
+    .leftJoin(agents, eq(agents.id, tasks.agentId))
+    .where(and(anyOf(tasks.id, ids, 'uuid'), eq(tasks.cancelRequested, true)));
+  const now = ctx.now();
+  return new Map(
+    rows.map((r) => [r.id, cancelReason(r.agentName, r.agentOnline === true, r.leaseExpiresAt - now)]),
+  );
+}
+
+const RUNNING: ReadonlySet<string> = new Set(['PRE_PROCESSING', 'RUNNING']);
+
+/**
+ * The tasks with `waitingFor` set on those QUEUED and not being claimed, and on running ones whose
+ * cancel waits for their agent. The agents are read once, only when a task is QUEUED; a reason is worked
+ * out once per distinct `requires`; pending cancels are one read, only when a task is running.
  */
 export async function withWaitingFor<T extends Task>(ctx: ServiceContext, list: T[]): Promise<T[]> {
-  if (!list.some((t) => t.status === 'QUEUED')) return list;
-  const known = await ctx.database.db.select().from(agents);
+  const running = list.filter((t) => RUNNING.has(t.status)).map((t) => t.id);
+  const cancels = running.length ? await pendingCancels(ctx, running) : new Map<string, string>();
+  const queued = list.some((t) => t.status === 'QUEUED');
+  if (!cancels.size && !queued) return list;
+  const known = queued ? await ctx.database.db.select().from(agents) : [];
   const offering = offeringOf(known);
   const reasons = new Map<string, string>();
   return list.map((t) => {
+    const cancel = cancels.get(t.id);
+    if (cancel) return { ...t, waitingFor: cancel };
     if (t.status !== 'QUEUED') return t;
     const key = JSON.stringify(t.requires);
     let reason = reasons.get(key);

@@ -101,8 +101,10 @@ export const Task = z.object({
   error: z.string(),
   /**
    * Why a QUEUED task is not being claimed: no agent offers its `requires`, or every agent that could
-   * run it is offline, paused, draining, at 0 slots or without a transcoder. Present only then, and only
-   * on the API's task reads (not in events): a task that merely waits for a free slot has none.
+   * run it is offline, paused, draining, at 0 slots or without a transcoder; on a running task whose
+   * cancel was asked for, what the cancel waits for (its agent's stop, or its lease when the agent is
+   * offline). Present only then, and only on the API's task reads and a cancel's answer (not in
+   * events): a task that merely waits for a free slot has none.
    */
   waitingFor: z.string().optional(),
   priority: z.number().int(),
