@@ -606,5 +606,15 @@ describe('Outbox', () => {
         true,
       );
     });
+
+    it('writes what the disk refused when it stops, if there is space by then', async () => {
+      const o = await openOutbox(silent, { unsavedRetryMs: 60_000 });
+      disk.fill();
+      expect((await o.put('t:1:0', 'topic', payload(0))).ok).toBe(false);
+      disk.free();
+      await o.stop();
+      open.splice(open.indexOf(o), 1);
+      expect((await openOutbox()).list().map((e) => e.key)).toEqual(['t:1:0']);
+    });
   });
 });

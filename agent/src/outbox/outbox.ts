@@ -326,8 +326,10 @@ export class Outbox {
 
   private async shutdown(): Promise<void> {
     await this.starting?.catch(() => {});
-    // Acks still waiting are written now (`stopped` makes them due).
-    if (this.queue.length) this.kick();
+    // Acks still waiting are written now (`stopped` makes them due), and entries the disk refused are
+    // tried once more: written now, they are replayed by the next start.
+    if (this.unsavedCount > 0) this.unsavedRetryAt = 0;
+    if (this.queue.length || this.unsavedCount > 0) this.kick();
     while (this.pumping) await this.pumping;
     if (this.ackTimer) clearTimeout(this.ackTimer);
     this.ackTimer = null;
@@ -445,7 +447,7 @@ export class Outbox {
   }
 
   private compactDue(): boolean {
-    if (this.unsavedCount > 0 && !this.stopped && Date.now() >= this.unsavedRetryAt) {
+    if (this.unsavedCount > 0 && Date.now() >= this.unsavedRetryAt) {
       // Tried once per unsavedRetryMs: on a disk that stays full, not a rewrite per put.
       this.unsavedRetryAt = Date.now() + this.unsavedRetryMs;
       return true;
