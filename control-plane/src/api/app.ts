@@ -181,8 +181,13 @@ export function createApp(deps: AppDeps) {
 
   app.get('/health', async (c) => {
     const db = await deps.ctx.database.ping();
+    // An embedded database out of disk still answers the ping while it refuses the writes the API sends
+    // it: a load balancer or monitor must see that node as failing, not send it more writes.
+    const dbError = db ? deps.ctx.database.writeFailure() : undefined;
     const extra = deps.health ? await deps.health().catch(() => ({})) : {};
-    return c.json({ status: db ? 'ok' : 'error', db: db ? 'ok' : 'unreachable', ...extra }, db ? 200 : 503);
+    if (!db) return c.json({ status: 'error', db: 'unreachable', ...extra }, 503);
+    if (dbError) return c.json({ status: 'error', db: 'failing', dbError, ...extra }, 503);
+    return c.json({ status: 'ok', db: 'ok', ...extra }, 200);
   });
   app.get('/metrics', async (c) =>
     c.body(await deps.metrics.registry.metrics(), 200, { 'Content-Type': deps.metrics.registry.contentType }),

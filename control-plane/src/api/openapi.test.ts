@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { sql } from 'drizzle-orm';
 import pino from 'pino';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { appVariant, expectProblem, insertFailedAttempt, json, VALID } from '../../../test/api/support.ts';
@@ -354,7 +355,7 @@ describe('bodies the document describes', () => {
     expect(Object.keys(body as object)).toEqual(['version']);
   });
 
-  it('GET /health is JSON {status, db, broker, agents}, also with the database gone', async () => {
+  it('GET /health is JSON {status, db, broker, agents}, also with the database refusing work or gone', async () => {
     const gone = await createTestApp({ kind: 'pglite' });
     try {
       // As control-plane.ts builds it: with the broker's state and the agents online.
@@ -383,6 +384,24 @@ describe('bodies the document describes', () => {
         broker: 'ok',
         agents: { online: 0 },
       });
+      // A statement refused for lack of resources (SQLSTATE class 53): a sort whose temporary file
+      // exceeds temp_file_limit is one (api/health-disk-full.test.ts fills a disk for 53100).
+      const sort = sql`select count(*) from (select g from generate_series(1, 100000) as g order by g desc) as s`;
+      await gone.db.db.execute(sql`set work_mem = '64kB'`);
+      await gone.db.db.execute(sql`set temp_file_limit = '64kB'`);
+      await expect(gone.db.db.execute(sort)).rejects.toMatchObject({ cause: { code: '53400' } });
+      const failing = await app.request('/health');
+      expect(failing.status).toBe(503);
+      expect(await expectDocumented(doc, 'GET', '/health', failing)).toEqual({
+        status: 'error',
+        db: 'failing',
+        dbError: expect.stringMatching(/^insufficient resources, SQLSTATE 53400, refused at /),
+        broker: 'ok',
+        agents: { online: 0 },
+      });
+      await gone.db.db.execute(sql`reset temp_file_limit`);
+      await gone.db.db.execute(sort);
+      expect((await app.request('/health')).status).toBe(200);
       await gone.db.close();
       const down = await app.request('/health');
       expect(down.status).toBe(503);

@@ -35,7 +35,17 @@ const Version = z.object({ version: z.string() });
  */
 const Health = z.object({
   status: z.enum(['ok', 'error']),
-  db: z.enum(['ok', 'unreachable']),
+  db: z
+    .enum(['ok', 'unreachable', 'failing'])
+    .describe(
+      'failing: the embedded database answers, but refused statements for lack of resources (disk full, out of memory: SQLSTATE class 53), until a refused statement succeeds again or a minute passes without a refusal',
+    ),
+  dbError: z
+    .string()
+    .optional()
+    .describe(
+      'with db failing: why, as a SQLSTATE, and when, e.g. "disk full, SQLSTATE 53100, refused since 2025-01-01T00:00:00.000Z, the last time at 2025-01-01T00:00:07.000Z"',
+    ),
   broker: z.enum(['ok', 'disconnected']).optional(),
   agents: z
     .object({
@@ -524,7 +534,7 @@ const OPS: Op[] = [
   {
     method: 'get',
     path: '/health',
-    summary: 'Health (503 when the database is unreachable)',
+    summary: 'Health (503 when the database is unreachable or refuses writes)',
     tag: 'system',
     response: 'Health',
   },
@@ -722,7 +732,7 @@ export function buildOpenApi(version: string) {
     if (forbidden.length) responses['403'] = problem(forbidden.join('; '));
     if (op.path === '/health')
       responses['503'] = {
-        description: 'the database is unreachable',
+        description: 'the database is unreachable (db: unreachable) or refuses writes (db: failing)',
         content: { 'application/json': { schema: ref('Health') } },
       };
     else if (op.path.startsWith('/api/v1/') && !WITHOUT_DATABASE.has(op.path))

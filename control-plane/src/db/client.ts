@@ -32,6 +32,12 @@ export type Database = {
   rows<T = Record<string, unknown>>(db: Db, query: SQL): Promise<T[]>;
   /** Cheap liveness check for /health. */
   ping(): Promise<boolean>;
+  /**
+   * Why the embedded database refuses statements for lack of resources (disk full, out of memory:
+   * SQLSTATE class 53) while `ping` still succeeds, and since when; undefined when it does not
+   * (PgliteClient.writeFailure). Always undefined on a PostgreSQL server.
+   */
+  writeFailure(): string | undefined;
   close(): Promise<void>;
   /** PGlite runs one transaction at a time; callers may size concurrency by it. */
   singleConnection: boolean;
@@ -291,6 +297,9 @@ export async function openDatabase(opts: OpenOptions): Promise<Database> {
           return false;
         }
       },
+      // A server's full disk is every replica's: taking one control plane out of a load balancer would
+      // not help, and the server is watched as a server. Its refusals stay 503s of the API.
+      writeFailure: () => undefined,
       close: () => client.end({ timeout: 5 }),
     };
   }
@@ -320,7 +329,8 @@ export async function openDatabase(opts: OpenOptions): Promise<Database> {
     throw err;
   }
   // Named statements over PGlite's wire protocol (pglite-client.ts); migrations above use PGlite itself.
-  const db = drizzlePglite(new PgliteClient(pg) as unknown as PGlite, { schema }) as unknown as Db;
+  const client = new PgliteClient(pg);
+  const db = drizzlePglite(client as unknown as PGlite, { schema }) as unknown as Db;
   if (fresh) collectGarbage();
   let closed = false;
   return {
@@ -338,6 +348,7 @@ export async function openDatabase(opts: OpenOptions): Promise<Database> {
         return false;
       }
     },
+    writeFailure: () => client.writeFailure,
     close: async () => {
       if (closed) return;
       closed = true;

@@ -233,3 +233,121 @@ describe('PgliteClient answers', () => {
     expect(grown).toBeLessThan(2_000_000);
   });
 });
+
+describe('PgliteClient write failures (SQLSTATE class 53)', () => {
+  let pg: PGlite;
+  let client: PgliteClient;
+  let now = Date.parse('2025-01-01T00:00:00.000Z');
+
+  beforeAll(async () => {
+    pg = new PGlite();
+    await pg.exec('create table notes (id integer primary key, body text not null)');
+    // A sort bigger than work_mem spills to a temporary file, which temp_file_limit caps: the database
+    // then refuses the statement with 53400 (configuration limit exceeded), a real error of class 53
+    // without a full disk (api/health-disk-full.test.ts fills one).
+    await pg.exec("set work_mem = '64kB'");
+    client = new PgliteClient(pg, { writeFailureHoldMs: 60_000, now: () => now });
+  });
+  afterAll(() => pg.close());
+
+  const SORT = 'select count(*) from (select g from generate_series(1, 100000) as g order by g desc) as s';
+  /** What the sort finds: room for its temporary file, or none. */
+  const room = (yes: boolean) => pg.exec(yes ? 'reset temp_file_limit' : "set temp_file_limit = '64kB'");
+  const refuse = async (tx: Pick<PgliteClient, 'query'> = client) => {
+    expect(await tx.query(SORT).catch((e: unknown) => e)).toMatchObject({ code: '53400' });
+  };
+  const insert = (tx: Pick<PgliteClient, 'query'>, id: number) =>
+    tx.query('insert into notes (id, body) values ($1, $2)', [id, `note ${id}`]);
+  const ISO = '\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d\\.\\d{3}Z';
+
+  it('notes a refusal; reads, other writes, rollbacks and other errors leave it', async () => {
+    await room(false);
+    expect(client.writeFailure).toBeUndefined();
+    await refuse();
+    const failure = client.writeFailure;
+    expect(failure).toBe('insufficient resources, SQLSTATE 53400, refused at 2025-01-01T00:00:00.000Z');
+
+    // None of these ran the refused statement: a full disk lets a write into a page with room, too.
+    await client.query('select count(*) from notes');
+    await client.exec('select 1; select 2');
+    await insert(client, 1);
+    await client.query('update notes set body = $1 where id = $2', ['changed', 1]);
+    await client.transaction(async (tx) => {
+      await insert(tx, 2);
+    });
+    await client.exec('delete from notes where id = 2; select count(*) from notes');
+    expect(await insert(client, 1).catch((e: unknown) => e)).toMatchObject({ code: '23505' });
+    expect(client.writeFailure).toBe(failure);
+
+    now += 5_000;
+    await refuse();
+    expect(client.writeFailure).toBe(
+      'insufficient resources, SQLSTATE 53400, refused since 2025-01-01T00:00:00.000Z, the last time at 2025-01-01T00:00:05.000Z',
+    );
+  });
+
+  it('ends when a refused statement runs again and commits: on its own, in a transaction, in a simple query', async () => {
+    await room(false);
+    await refuse();
+    await room(true);
+    expect(client.writeFailure).toMatch(/SQLSTATE 53400/);
+    // It ran, but did not commit: rolled back, or in a transaction that failed afterwards.
+    await client.transaction(async (tx) => {
+      await tx.query(SORT);
+      await tx.rollback();
+    });
+    const aborted = await client
+      .transaction(async (tx) => {
+        await tx.query(SORT);
+        await tx.query('select 1 / 0').catch(() => {});
+      })
+      .catch((e: unknown) => e);
+    expect(String(aborted)).toMatch(/aborted/);
+    expect(client.writeFailure).toMatch(/SQLSTATE 53400/);
+    await client.transaction(async (tx) => {
+      await insert(tx, 10);
+      await tx.query(SORT);
+    });
+    expect(client.writeFailure).toBeUndefined();
+
+    // Refused inside a transaction, whose COMMIT answers ROLLBACK; then run on its own.
+    await room(false);
+    const refusedInside = await client
+      .transaction(async (tx) => {
+        await insert(tx, 11);
+        await refuse(tx);
+      })
+      .catch((e: unknown) => e);
+    expect(String(refusedInside)).toMatch(/aborted/);
+    expect(client.writeFailure).toMatch(/SQLSTATE 53400/);
+    await room(true);
+    await client.query(SORT);
+    expect(client.writeFailure).toBeUndefined();
+
+    await room(false);
+    expect(await client.exec(SORT).catch((e: unknown) => e)).toMatchObject({ code: '53400' });
+    expect(client.writeFailure).toMatch(/SQLSTATE 53400/);
+    await room(true);
+    await client.exec(SORT);
+    expect(client.writeFailure).toBeUndefined();
+    expect((await pg.query('select id from notes order by id')).rows).toEqual([{ id: 1 }, { id: 10 }]);
+  });
+
+  it('ends a minute after the last refusal when no refused statement runs again', async () => {
+    await room(false);
+    await refuse();
+    const since = new Date(now).toISOString();
+    now += 30_000;
+    await refuse();
+    now += 59_999;
+    expect(client.writeFailure).toMatch(new RegExp(`refused since ${since}, the last time at ${ISO}$`));
+    now += 1;
+    expect(client.writeFailure).toBeUndefined();
+    // The next refusal starts anew.
+    await refuse();
+    expect(client.writeFailure).toBe(
+      `insufficient resources, SQLSTATE 53400, refused at ${new Date(now).toISOString()}`,
+    );
+    await room(true);
+  });
+});

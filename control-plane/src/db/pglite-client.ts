@@ -1,4 +1,5 @@
 import { messages, type PGlite, protocol, type QueryOptions, type Results } from '@electric-sql/pglite';
+import { databaseUnavailableReason } from './errors.ts';
 
 const { serialize } = protocol;
 
@@ -27,6 +28,25 @@ export const DEFAULT_STATEMENT_CACHE = 500;
 
 /** ReadyForQuery transaction states. */
 const IDLE = 0x49; // 'I'
+
+/**
+ * How long a refusal for lack of resources keeps the database failing (see
+ * {@link PgliteClient.writeFailure}) when none of the refused statements has run again since: the
+ * clients a load balancer took away no longer retry them here, and without this the database would stay
+ * failing after its disk was freed.
+ */
+export const WRITE_FAILURE_HOLD_MS = 60_000;
+/** Refused statements remembered per failure; the success of any of them ends it. */
+const MAX_REFUSED = 100;
+
+type WriteFailure = {
+  reason: string;
+  /** The first refusal, and the last. */
+  since: number;
+  last: number;
+  /** Statement keys (as in the statement cache; the text for `exec`) that were refused. */
+  refused: Set<string>;
+};
 
 type Internals = {
   readonly closed: boolean;
@@ -73,10 +93,20 @@ export class PgliteClient {
   readonly #prefix = `ffleet_${++clients}_`;
   /** A transaction was opened but its BEGIN not sent yet (it goes with the first statement). */
   #pendingBegin = false;
+  readonly #holdMs: number;
+  readonly #now: () => number;
+  #failure: WriteFailure | undefined;
+  /** A refused statement ran in the transaction under way: its COMMIT ends the failure. */
+  #retried = false;
 
-  constructor(pg: PGlite, opts: { statementCache?: number } = {}) {
+  constructor(
+    pg: PGlite,
+    opts: { statementCache?: number; writeFailureHoldMs?: number; now?: () => number } = {},
+  ) {
     this.#pg = pg as PGlite & Internals;
     this.#cacheSize = Math.max(1, opts.statementCache ?? DEFAULT_STATEMENT_CACHE);
+    this.#holdMs = opts.writeFailureHoldMs ?? WRITE_FAILURE_HOLD_MS;
+    this.#now = opts.now ?? Date.now;
   }
 
   /** The PGlite instance underneath (dumps, close). */
@@ -87,6 +117,25 @@ export class PgliteClient {
   /** How many named statements are prepared now. */
   get preparedCount(): number {
     return this.#statements.size;
+  }
+
+  /**
+   * Why the database refuses statements for lack of resources (SQLSTATE class 53: disk full, out of
+   * memory, …) and since when; undefined when it does not. Only the statements the control plane really
+   * runs can show it: the database still answers a `select 1`, and on a full disk a write still
+   * succeeds where its page has room (measured on a full tmpfs: an UPDATE of one row, 200 times in a
+   * row, while every INSERT that extended its table was refused), as do the fleet's sweeps, an UPDATE
+   * every 3 s that mostly writes no rows. So neither a read nor another write ends a failure: a refused
+   * statement that runs again and commits does (the space or memory it lacked is there now), or else
+   * {@link WRITE_FAILURE_HOLD_MS} without a refusal.
+   */
+  get writeFailure(): string | undefined {
+    const f = this.#failure;
+    if (!f || this.#now() - f.last >= this.#holdMs) return undefined;
+    const at = (ms: number) => new Date(ms).toISOString();
+    return f.last === f.since
+      ? `${f.reason}, refused at ${at(f.since)}`
+      : `${f.reason}, refused since ${at(f.since)}, the last time at ${at(f.last)}`;
   }
 
   query<T>(text: string, params: unknown[] = [], options?: QueryOptions): Promise<Results<T>> {
@@ -139,6 +188,8 @@ export class PgliteClient {
         throw err;
       } finally {
         this.#pendingBegin = false;
+        // Also when the transaction ended without an answer (PGlite closed under it).
+        this.#retried = false;
       }
     });
   }
@@ -176,6 +227,7 @@ export class PgliteClient {
         options,
         stmt.fields,
       );
+      this.#observe(reply, key);
       const result = reply.sets[0];
       if (reply.error) {
         // A statement prepared before a schema change may not run any more; prepare it again next time.
@@ -203,7 +255,11 @@ export class PgliteClient {
       undefined,
       null,
     );
-    if (reply.error) throw withQuery(reply.error, text, params);
+    if (reply.error) {
+      // Only a refusal counts here: a Parse that succeeds shows nothing, the statement has not run yet.
+      this.#refused(reply.error, key);
+      throw withQuery(reply.error, text, params);
+    }
     const stmt: Statement = { name, paramTypes: reply.paramTypes, fields: reply.fields };
     this.#statements.set(key, stmt);
     while (this.#statements.size > this.#cacheSize) {
@@ -212,6 +268,33 @@ export class PgliteClient {
       this.#toClose.push(evicted.name);
     }
     return stmt;
+  }
+
+  /**
+   * Keep {@link writeFailure} up to date with the answer to the statement `key`: a refusal for lack of
+   * resources is noted; a refused statement that ran counts once its transaction commits, which the
+   * closing ReadyForQuery shows (idle again, and not by a ROLLBACK: COMMIT of a failed transaction
+   * answers ROLLBACK too). A statement outside a transaction commits by itself, in the same exchange.
+   */
+  #observe(reply: Reply, key: string): void {
+    if (reply.error) this.#refused(reply.error, key);
+    else if (this.#failure?.refused.has(key)) this.#retried = true;
+    if (reply.status !== IDLE) return;
+    if (this.#retried && !reply.error && reply.sets.at(-1)?.command !== 'ROLLBACK') this.#failure = undefined;
+    this.#retried = false;
+  }
+
+  /** Note `err` when it is a refusal for lack of resources (SQLSTATE class 53) of the statement `key`. */
+  #refused(err: Error & { code?: string }, key: string): void {
+    if (!err.code?.startsWith('53')) return;
+    const now = this.#now();
+    let f = this.#failure;
+    if (!f || now - f.last >= this.#holdMs)
+      f = this.#failure = { reason: '', since: now, last: now, refused: new Set() };
+    f.reason = databaseUnavailableReason(err) ?? `SQLSTATE ${err.code}`;
+    f.last = now;
+    // A COMMIT succeeds without writing anything when its transaction wrote nothing: no evidence.
+    if (key !== 'COMMIT' && f.refused.size < MAX_REFUSED) f.refused.add(key);
   }
 
   #forget(key: string): void {
@@ -274,6 +357,7 @@ export class PgliteClient {
   async #exec(text: string, options: QueryOptions | undefined): Promise<Results[]> {
     return this.#pg._runExclusiveQuery(async () => {
       const reply = await this.#exchange([...this.#begin(), serialize.query(text)], options, null);
+      this.#observe(reply, text);
       const results = reply.sets;
       if (reply.error) throw withQuery(reply.error, text, []);
       if (reply.status === IDLE) await this.#pg.syncToFs();
