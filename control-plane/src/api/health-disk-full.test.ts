@@ -1,59 +1,23 @@
-import { spawnSync } from 'node:child_process';
-import { closeSync, mkdirSync, mkdtempSync, openSync, rmSync, writeSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { expectProblem, VALID } from '../../../test/api/support.ts';
 import { startLocalControlPlane } from '../../../test/helpers/control-plane.ts';
+import { canMountTmpfs, mountSmallTmpfs, type SmallTmpfs } from '../../../test/helpers/small-tmpfs.ts';
 import type { RunningControlPlane } from '../control-plane.ts';
 
-/**
- * A full disk, for real: the embedded database's data dir on a tmpfs of its own, where this test can
- * mount one (root with CAP_SYS_ADMIN). The migrated data dir takes ~39 MB, 16 MB of it the WAL segment
- * PostgreSQL allocates whole; 64 MB leaves room to start, then a file takes the rest.
- */
-const canMount = (() => {
-  if (process.getuid?.() !== 0) return false;
-  const probe = mkdtempSync(join(tmpdir(), 'ffleet-health-mount-'));
-  const ok = spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=4k', 'tmpfs', probe]).status === 0;
-  if (ok) spawnSync('umount', [probe]);
-  rmSync(probe, { recursive: true, force: true });
-  return ok;
-})();
-
-/** Write to `file` until the file system has no space left; returns the bytes written. */
-function fillDisk(file: string): number {
-  const fd = openSync(file, 'w');
-  let written = 0;
-  try {
-    for (const size of [1024 * 1024, 4096]) {
-      const chunk = Buffer.alloc(size, 1);
-      try {
-        for (;;) written += writeSync(fd, chunk);
-      } catch (err) {
-        if ((err as NodeJS.ErrnoException).code !== 'ENOSPC') throw err;
-      }
-    }
-  } finally {
-    closeSync(fd);
-  }
-  return written;
-}
+// A full disk, for real: the embedded database's data dir on a tmpfs of its own. The migrated data dir
+// takes ~39 MB, 16 MB of it the WAL segment PostgreSQL allocates whole; 64 MB leaves room to start,
+// then a file takes the rest.
 
 describe('GET /health with the embedded database out of disk', () => {
-  it.runIf(canMount)(
+  it.runIf(canMountTmpfs)(
     'answers 503 db failing while the database refuses writes, and 200 once a refused write succeeds again',
     async () => {
-      const root = mkdtempSync(join(tmpdir(), 'ffleet-health-full-'));
-      const disk = join(root, 'disk');
-      const filler = join(disk, 'filler');
-      mkdirSync(disk);
-      let mounted = false;
+      let disk: SmallTmpfs | undefined;
       let cp: RunningControlPlane | undefined;
       try {
-        expect(spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=64m', 'tmpfs', disk]).status).toBe(0);
-        mounted = true;
-        cp = await startLocalControlPlane(join(disk, 'data'));
+        disk = mountSmallTmpfs('64m');
+        cp = await startLocalControlPlane(join(disk.dir, 'data'));
         const base = `http://127.0.0.1:${cp.httpPort}`;
         const health = async () => {
           const res = await fetch(`${base}/health`);
@@ -74,7 +38,7 @@ describe('GET /health with the embedded database out of disk', () => {
         expect(first.status).toBe(201);
         const { id } = (await first.json()) as { id: string };
 
-        expect(fillDisk(filler)).toBeGreaterThan(0);
+        disk.fill();
         // Once the tasks table's last page is full, extending it fails: the API refuses the write.
         let refused: Response | undefined;
         for (let i = 0; i < 1000 && !refused; i++) {
@@ -107,7 +71,7 @@ describe('GET /health with the embedded database out of disk', () => {
         expect(await health()).toEqual(failing);
 
         // Space back: the first refused write that succeeds makes the node healthy again.
-        rmSync(filler);
+        disk.free();
         expect((await postTask()).status).toBe(201);
         expect(await health()).toEqual({
           status: 200,
@@ -115,10 +79,9 @@ describe('GET /health with the embedded database out of disk', () => {
         });
       } finally {
         // Space back before the stop, whose shutdown checkpoint writes.
-        rmSync(filler, { force: true });
+        disk?.free();
         await cp?.stop().catch(() => {});
-        if (mounted && spawnSync('umount', [disk]).status !== 0) spawnSync('umount', ['-l', disk]);
-        rmSync(root, { recursive: true, force: true });
+        disk?.remove();
       }
     },
     120_000,
