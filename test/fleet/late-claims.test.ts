@@ -12,12 +12,14 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import {
   CLUSTER_START_TIMEOUT_MS,
   clusterHooks,
+  externalDatabaseUrl,
   makeTestVideo,
   processesMatching,
   TestCluster,
   waitFor,
   writeScript,
 } from '../helpers/cluster.ts';
+import { databaseOutage } from '../helpers/db.ts';
 import { holdRelay } from '../helpers/hold-relay.ts';
 import { canMountTmpfs, mountSmallTmpfs } from '../helpers/small-tmpfs.ts';
 import { ENCODE, md5, referenceEncode } from './support/fixtures.ts';
@@ -223,6 +225,57 @@ describe('stops meeting a claim in flight', () => {
         await agent.terminate('SIGTERM');
       } finally {
         await relay.close();
+        await c.stopAgents();
+        disk.remove();
+      }
+    },
+    120_000,
+  );
+
+  // The services pass: the database is on a server whose connections the test can refuse.
+  it.runIf(canMountTmpfs && externalDatabaseUrl() !== undefined)(
+    'finishes on its first attempt a task whose final report met a full disk while the control plane could not apply it',
+    async () => {
+      const target = out('full-disk-db.mp4');
+      const started = join(c.dir, 'full-disk-db-pre-started');
+      const pre = writeScript(c.dir, 'scripts/full-disk-db-pre.sh', `touch ${started}\nsleep 2`);
+      const disk = mountSmallTmpfs('1m');
+      const outage = databaseOutage(c.serverDatabase!);
+      try {
+        const agent = await c.startAgent({ name: 'full-disk-db', env: { FFLEET_DATA_DIR: disk.dir } });
+        const task = await c.api.createTask({
+          // As above: the final report needs pages of the full disk.
+          command: `-y -i \${INPUT_FILE} -c:v mpeg4 -q:v 10 -metadata comment=${'x'.repeat(10_000)} \${OUTPUT_FILE}`,
+          inputFile: clip4,
+          outputFile: target,
+          preProcessing: { scriptPath: pre },
+          requires: [`agent:${c.agentName('full-disk-db')}`],
+        });
+        // While the pre-processing script runs, the agent's disk fills up and the control plane loses its
+        // database: the final report reaches it (the broker acknowledges it) but cannot be applied.
+        await waitFor(() => existsSync(started), 20_000, 'the pre-processing script started');
+        disk.fill();
+        await outage.begin();
+        await waitFor(
+          () => existsSync(target) && processesMatching(target).length === 0,
+          20_000,
+          'the run ended',
+        );
+        await agent.waitUntil(
+          () => agent.output().includes('outbox write failed'),
+          10_000,
+          'a refused report',
+        );
+        await sleep(1_000);
+        await outage.end();
+        // The agent sends what was not acknowledged again (every 10 s), from memory. Before, the report was
+        // gone: the task stayed RUNNING for its lease (a minute here) and then ran again as attempt 2.
+        const done = await c.api.waitForTask(task.id, (t) => t.status.startsWith('DONE_'), 40_000);
+        expect(done).toMatchObject({ status: 'DONE_SUCCESSFUL', attempt: 1 });
+        disk.free();
+        await agent.terminate('SIGTERM');
+      } finally {
+        await outage.close();
         await c.stopAgents();
         disk.remove();
       }

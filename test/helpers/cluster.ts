@@ -209,6 +209,11 @@ export class TestCluster {
     }
   }
 
+  /** The cluster's own database on the PostgreSQL server (services pass), null on PGlite. */
+  get serverDatabase(): TestDatabase | null {
+    return this.#db;
+  }
+
   /** Output of the child control plane (or JSON log lines of the in-process one). */
   controlPlaneLog(): string {
     return this.#cpChild ? this.#cpChild.output() : this.cpLines.join('\n');
