@@ -21,7 +21,7 @@ import {
 } from '../helpers/cluster.ts';
 import { databaseOutage } from '../helpers/db.ts';
 import { holdRelay } from '../helpers/hold-relay.ts';
-import { canMountTmpfs, mountSmallTmpfs } from '../helpers/small-tmpfs.ts';
+import { canMountTmpfs, mountSmallTmpfs, type SmallTmpfs } from '../helpers/small-tmpfs.ts';
 import { ENCODE, md5, referenceEncode } from './support/fixtures.ts';
 
 describe('stops meeting a claim in flight', () => {
@@ -176,48 +176,58 @@ describe('stops meeting a claim in flight', () => {
     }
   }, 120_000);
 
+  /**
+   * A task on agent `name` (its data dir on a small tmpfs, `disk`) whose run ends while that disk is
+   * full: `cutOff` runs while the pre-processing script does (the disk just filled), and this resolves once
+   * the run has ended and the agent has logged a report its disk refused.
+   */
+  async function runEndingOnFullDisk(
+    name: string,
+    disk: SmallTmpfs,
+    env: Record<string, string>,
+    cutOff: () => Promise<void> | void,
+  ) {
+    const target = out(`${name}.mp4`);
+    const started = join(c.dir, `${name}-pre-started`);
+    const pre = writeScript(c.dir, `scripts/${name}-pre.sh`, `touch ${started}\nsleep 2`);
+    const agent = await c.startAgent({ name, env: { ...env, FFLEET_DATA_DIR: disk.dir } });
+    const task = await c.api.createTask({
+      // A long comment: ffmpeg prints it, so the run's final report (carrying the transcoder's output)
+      // needs pages of the full disk that it cannot have.
+      command: `-y -i \${INPUT_FILE} -c:v mpeg4 -q:v 10 -metadata comment=${'x'.repeat(10_000)} \${OUTPUT_FILE}`,
+      inputFile: clip4,
+      outputFile: target,
+      preProcessing: { scriptPath: pre },
+      requires: [`agent:${c.agentName(name)}`],
+    });
+    await waitFor(() => existsSync(started), 20_000, 'the pre-processing script started');
+    disk.fill();
+    await cutOff();
+    await waitFor(
+      () => existsSync(target) && processesMatching(target).length === 0,
+      20_000,
+      'the run ended',
+    );
+    await agent.waitUntil(() => agent.output().includes('outbox write failed'), 10_000, 'a refused report');
+    return { agent, task };
+  }
+
   it.runIf(canMountTmpfs)(
     'finishes on its first attempt a task whose final report met a full disk and a dropped connection',
     async () => {
-      const target = out('full-disk.mp4');
-      const started = join(c.dir, 'full-disk-pre-started');
-      const pre = writeScript(c.dir, 'scripts/full-disk-pre.sh', `touch ${started}\nsleep 2`);
       const disk = mountSmallTmpfs('1m');
       const relay = await holdRelay(c.mqttUrl);
       try {
-        const agent = await c.startAgent({
-          name: 'full-disk',
-          env: { MQTT_URL: relay.url, FFLEET_DATA_DIR: disk.dir },
-        });
-        const task = await c.api.createTask({
-          // A long comment: ffmpeg prints it, so the run's final report (carrying the transcoder's output)
-          // needs pages of the full disk that it cannot have.
-          command: `-y -i \${INPUT_FILE} -c:v mpeg4 -q:v 10 -metadata comment=${'x'.repeat(10_000)} \${OUTPUT_FILE}`,
-          inputFile: clip4,
-          outputFile: target,
-          preProcessing: { scriptPath: pre },
-          requires: [`agent:${c.agentName('full-disk')}`],
-        });
-        // While the pre-processing script runs, the agent's disk fills up and what it sends stops reaching
-        // the broker: the final report cannot be stored, and its send is lost with the connection.
-        await waitFor(() => existsSync(started), 20_000, 'the pre-processing script started');
-        disk.fill();
-        relay.holdUp();
-        await waitFor(
-          () => existsSync(target) && processesMatching(target).length === 0,
-          20_000,
-          'the run ended',
-        );
-        await agent.waitUntil(
-          () => agent.output().includes('outbox write failed'),
-          10_000,
-          'a refused report',
+        // What the agent sends stops reaching the broker: the final report cannot be stored, and its send
+        // is lost with the connection.
+        const { agent, task } = await runEndingOnFullDisk('full-disk', disk, { MQTT_URL: relay.url }, () =>
+          relay.holdUp(),
         );
         await sleep(500);
         relay.drop();
         // Reconnected: the report comes from the agent's memory (mqtt.js sends an unacknowledged publish
         // again; the outbox keeps its own copy for the case where the broker took it and the control plane
-        // could not apply it, outbox-publisher.test.ts). Nothing runs twice, nothing waits for the lease.
+        // could not apply it, below). Nothing runs twice, nothing waits for the lease.
         const done = await c.api.waitForTask(task.id, (t) => t.status.startsWith('DONE_'), 30_000);
         expect(done).toMatchObject({ status: 'DONE_SUCCESSFUL', attempt: 1 });
         expect((await c.api.taskLogs(task.id)).match(/transcoder: \$ /g)).toHaveLength(1);
@@ -236,40 +246,16 @@ describe('stops meeting a claim in flight', () => {
   it.runIf(canMountTmpfs && externalDatabaseUrl() !== undefined)(
     'finishes on its first attempt a task whose final report met a full disk while the control plane could not apply it',
     async () => {
-      const target = out('full-disk-db.mp4');
-      const started = join(c.dir, 'full-disk-db-pre-started');
-      const pre = writeScript(c.dir, 'scripts/full-disk-db-pre.sh', `touch ${started}\nsleep 2`);
       const disk = mountSmallTmpfs('1m');
       const outage = databaseOutage(c.serverDatabase!);
       try {
-        const agent = await c.startAgent({ name: 'full-disk-db', env: { FFLEET_DATA_DIR: disk.dir } });
-        const task = await c.api.createTask({
-          // As above: the final report needs pages of the full disk.
-          command: `-y -i \${INPUT_FILE} -c:v mpeg4 -q:v 10 -metadata comment=${'x'.repeat(10_000)} \${OUTPUT_FILE}`,
-          inputFile: clip4,
-          outputFile: target,
-          preProcessing: { scriptPath: pre },
-          requires: [`agent:${c.agentName('full-disk-db')}`],
-        });
-        // While the pre-processing script runs, the agent's disk fills up and the control plane loses its
-        // database: the final report reaches it (the broker acknowledges it) but cannot be applied.
-        await waitFor(() => existsSync(started), 20_000, 'the pre-processing script started');
-        disk.fill();
-        await outage.begin();
-        await waitFor(
-          () => existsSync(target) && processesMatching(target).length === 0,
-          20_000,
-          'the run ended',
-        );
-        await agent.waitUntil(
-          () => agent.output().includes('outbox write failed'),
-          10_000,
-          'a refused report',
-        );
+        // The control plane loses its database: the final report reaches it (the broker acknowledges it)
+        // but cannot be applied.
+        const { agent, task } = await runEndingOnFullDisk('full-disk-db', disk, {}, () => outage.begin());
         await sleep(1_000);
         await outage.end();
         // The agent sends what was not acknowledged again (every 10 s), from memory. Before, the report was
-        // gone: the task stayed RUNNING for its lease (a minute here) and then ran again as attempt 2.
+        // gone: the task stayed PRE_PROCESSING for its lease (a minute here) and then ran again as attempt 2.
         const done = await c.api.waitForTask(task.id, (t) => t.status.startsWith('DONE_'), 40_000);
         expect(done).toMatchObject({ status: 'DONE_SUCCESSFUL', attempt: 1 });
         disk.free();
