@@ -87,6 +87,32 @@ describe('leases across the control plane’s own absences', () => {
     );
   }, 30_000);
 
+  it('sends the cancel a report calls for before its ack, so an ack alone says the attempt is current', async () => {
+    const { mqtt, task, database } = await fleetWithClaimedTask();
+    const claimed = mqtt.sent.find((s) => s.message.type === 'claim.result')?.message;
+    const leaseToken = claimed?.type === 'claim.result' ? claimed.tasks[0]!.leaseToken : '';
+    /** What the fleet sends a1 in answer to one (empty) log report, once its ack is among it. */
+    const answers = async (seq: number, token: string) => {
+      const from = mqtt.sent.length;
+      const report = { kind: 'log' as const, taskId: task.id, attempt: 1, leaseToken: token, seq };
+      await mqtt.report('a1', { ...report, step: 'agent', text: '' });
+      const sent = () => mqtt.sent.slice(from).filter((s) => s.agent === 'a1');
+      await poll(async () => sent().some((s) => s.message.type === 'ack'), 5_000, `the ack of ${seq}`);
+      return sent().map((s) =>
+        s.message.type === 'task.cancel' ? `cancel: ${s.message.reason}` : s.message.type,
+      );
+    };
+    expect(await answers(1, leaseToken)).toEqual(['ack']);
+    // A stale report (a lease given away): its cancel first.
+    expect(await answers(2, 'a-lease-given-away')).toEqual([
+      'cancel: attempt 1 is no longer current (task is on attempt 1, RUNNING)',
+      'ack',
+    ]);
+    // A current report of a task an operator canceled: the repeated cancel first too.
+    await database.db.update(tasks).set({ cancelRequested: true }).where(eq(tasks.id, task.id));
+    expect(await answers(3, leaseToken)).toEqual(['cancel: canceled', 'ack']);
+  });
+
   it('expires no lease for the time the control plane itself did not run, and still expires lost ones', async () => {
     const { records, row } = await fleetWithClaimedTask();
     // The control plane does not run for longer than the lease (a SIGSTOP, a paused VM); the agent kept

@@ -622,8 +622,13 @@ export class Fleet implements FleetHooks {
     );
   }
 
+  /**
+   * Answer an applied report: the cancel it calls for, if any, then its ack. One client publishes in
+   * call order on the agent's inbox at QoS 1, so the agent reads them in this order, and an ack with no
+   * cancel before it tells the agent the report found its attempt current: back from a spell out of
+   * touch, an agent asks that way before it starts a run's next step (fleet-agent.ts #askStillOurs).
+   */
   #reportApplied(name: string, report: TaskReport, outcome: ReportOutcome): void {
-    void this.#send(name, { type: 'ack', taskId: report.taskId, attempt: report.attempt, seq: report.seq });
     if (outcome.kind === 'stale') {
       // Every stale report is answered (a cancel may be lost), but logged once a minute per attempt:
       // an outbox replaying a long run's reports would otherwise log one warning per report.
@@ -637,10 +642,6 @@ export class Fleet implements FleetHooks {
         attempt: report.attempt,
         reason: outcome.reason,
       });
-    } else if (outcome.kind === 'rejected') {
-      this.#log.warn({ agent: name, taskId: report.taskId, reason: outcome.reason }, 'report rejected');
-    } else if (outcome.kind === 'applied' && outcome.status === 'QUEUED') {
-      this.workAvailable();
     } else if (outcome.kind === 'applied' && outcome.cancelRequested) {
       // The cancel may have been lost (agent reconnecting): repeat it until the agent finishes the task.
       void this.#send(name, {
@@ -649,6 +650,12 @@ export class Fleet implements FleetHooks {
         attempt: report.attempt,
         reason: 'canceled',
       });
+    }
+    void this.#send(name, { type: 'ack', taskId: report.taskId, attempt: report.attempt, seq: report.seq });
+    if (outcome.kind === 'rejected') {
+      this.#log.warn({ agent: name, taskId: report.taskId, reason: outcome.reason }, 'report rejected');
+    } else if (outcome.kind === 'applied' && outcome.status === 'QUEUED') {
+      this.workAvailable();
     }
   }
 
