@@ -165,11 +165,11 @@ export class FleetAgent {
   #watchLoading: Promise<void> | null = null;
   #claimTimer: NodeJS.Timeout | null = null;
   #pollTimer: NodeJS.Timeout | null = null;
-  /** Spells out of touch with the control plane (frozen, disconnected): see #onInbox's task.cancel. */
+  /**
+   * Spells out of touch with the control plane (frozen, disconnected): see #onInbox's task.cancel. It
+   * also holds when the connection was lost: a lease counts from about then.
+   */
   #contact: ContactWatch | null = null;
-  #everConnected = false;
-  /** When the connection was lost (undefined while connected): a lease counts from about then. */
-  #disconnectedAt: number | undefined;
   /** The broker's answer to the last login attempt when it refused it (4 or 5); undefined once let in. */
   #refusedCode: number | undefined;
   /** Stops the runs of an agent the broker keeps refusing (#brokerRefused). */
@@ -294,15 +294,13 @@ export class FleetAgent {
           );
       }
       if (!up) {
-        this.#disconnectedAt ??= performance.now();
+        this.#contact?.disconnected();
         return;
       }
-      this.#disconnectedAt = undefined;
+      this.#contact?.connected();
       this.#refusedCode = undefined;
       clearTimeout(this.#refusedTimer);
       this.#refusedTimer = undefined;
-      if (this.#everConnected) this.#contact?.reconnected();
-      this.#everConnected = true;
       this.#claim();
     });
     session.start();
@@ -354,8 +352,7 @@ export class FleetAgent {
   #brokerRefused(code: number): void {
     this.#refusedCode = code;
     if (this.#refusedTimer || this.#runs.size === 0) return;
-    this.#disconnectedAt ??= performance.now();
-    const since = this.#disconnectedAt;
+    const since = this.#contact?.disconnected() ?? performance.now();
     const leaseMs = Math.min(...[...this.#runs.values()].map((r) => r.claimed.leaseTtlMs));
     const waitMs = this.#draining
       ? 0
