@@ -19,7 +19,7 @@ import { keepBootId, previousBootId } from './boot-id.ts';
 import type { AgentConfig } from './config.ts';
 import { ContactWatch } from './contact-watch.ts';
 import { killOrphanedRuns, RUN_MARK_VAR, runMark } from './orphans.ts';
-import { Outbox } from './outbox/outbox.ts';
+import { Outbox, type PutResult } from './outbox/outbox.ts';
 import { withoutCredentials } from './runner/child-env.ts';
 import {
   coalescingReporter,
@@ -28,6 +28,7 @@ import {
   hideProcessMemory,
   nativeSpawnStatus,
   type ReportBody,
+  type RunStep,
   runTask,
 } from './runner/index.ts';
 import { protectedDirs } from './runner/protected-paths.ts';
@@ -66,6 +67,25 @@ const OWN_OUTPUT_AFTER_CANCEL_MS = 2_500;
  */
 const REFUSED_STOP_MARGIN_MS = 1_000;
 
+/**
+ * A run's question "is this attempt still mine?" (#askStillOurs) that could not be stored in the outbox
+ * (a full disk) is not resent by the session: it is asked again this long later.
+ */
+const ASK_AGAIN_MS = 5_000;
+
+/**
+ * How long a spell out of touch (frozen, cut off from the broker) must have lasted for a run's lease to
+ * have possibly run out in it: past it, the run's next step waits for the control plane's word
+ * (#beforeStep). The agent's heartbeat renews the lease every `heartbeatMs`, so a spell begins with at
+ * least `leaseTtlMs - heartbeatMs` of lease left, one less heartbeat if the last one (QoS 0) was lost;
+ * and never more than half the lease, which leaves room for what the agent cannot see (the control
+ * plane's commits and sweeps running late, a freeze measured from the tick before it). Erring low costs
+ * a round trip to the control plane at a step boundary after a spell; erring high starts a step on an
+ * output path another attempt owns.
+ */
+const stepGateAfterMs = (leaseTtlMs: number, heartbeatMs: number): number =>
+  Math.max(0, Math.min(leaseTtlMs / 2, leaseTtlMs - 2 * heartbeatMs));
+
 /** A claim request unanswered this long is given up (the next poll asks again). */
 const CLAIM_TIMEOUT_MS = 5_000;
 /** Unanswered claim requests whose send time is kept (answers to older ones are taken as on time). */
@@ -90,6 +110,9 @@ const STRANDED = 'the process of this agent that ran it ended without finishing 
 /** Why a run goes back to the queue on a forced stop. */
 const FORCED_STOP = 'the agent was told to stop now (a second SIGTERM or a forced stop)';
 
+/** Sends one report of a run (its task, attempt, lease and next seq added); resolves once it is stored. */
+type ReportSend = (body: ReportBody) => Promise<PutResult>;
+
 type Run = {
   claimed: ClaimedTask;
   seq: number;
@@ -104,6 +127,13 @@ type Run = {
   giveUpTimer?: NodeJS.Timeout;
   /** Aborted then: the transcoder's grace is cut short, so it writes no trailer into other work's file. */
   killNow: AbortController;
+  /**
+   * When (performance.now()) the control plane last confirmed the attempt as this agent's: the claim
+   * answer, or the last answer at the step gate. A spell away of `gateAfterMs` or more ending after it
+   * makes the next step wait for the control plane (#beforeStep).
+   */
+  confirmedAt: number;
+  gateAfterMs: number;
 };
 
 export type FleetAgentOptions = {
@@ -166,8 +196,8 @@ export class FleetAgent {
   #claimTimer: NodeJS.Timeout | null = null;
   #pollTimer: NodeJS.Timeout | null = null;
   /**
-   * Spells out of touch with the control plane (frozen, disconnected): see #onInbox's task.cancel. It
-   * also holds when the connection was lost: a lease counts from about then.
+   * Spells out of touch with the control plane (frozen, disconnected): see #onInbox's task.cancel and
+   * #beforeStep. It also holds when the connection was lost: a lease counts from about then.
    */
   #contact: ContactWatch | null = null;
   /** The broker's answer to the last login attempt when it refused it (4 or 5); undefined once let in. */
@@ -179,6 +209,8 @@ export class FleetAgent {
   readonly #puts = new Set<Promise<unknown>>();
   /** `taskId:attempt` → seq of the run's last report, for runs that ended and await that report's ack. */
   readonly #lastSeq = new Map<string, number>();
+  /** A report's key (reportKey) → what its ack wakes: runs waiting at their step gate (#askStillOurs). */
+  readonly #ackWaiters = new Map<string, () => void>();
   /** Claim requests not yet answered → when they left (performance.now()), to spot answers that come too late. */
   readonly #claimSentAt = new Map<string, number>();
   /**
@@ -339,6 +371,96 @@ export class FleetAgent {
     r.keepsOutput = why;
     clearTimeout(r.giveUpTimer);
     r.killNow.abort();
+  }
+
+  /**
+   * The step gate, asked by a run before each of its steps starts (RunTaskOptions.beforeStep). If this
+   * agent was out of touch since the control plane last confirmed the attempt (frozen while a script
+   * ran, or cut off from the broker) long enough for the lease to have run out, the control plane may
+   * have given the task to another attempt, which writes the same output; the cancel that says so comes
+   * only in answer to what this agent sends next, too late once the step has started. Then the step
+   * waits for the control plane's word (#confirmAttempt). Otherwise nothing waits: one check per step.
+   */
+  #beforeStep(run: Run, step: RunStep, send: ReportSend): Promise<void> | undefined {
+    const awayMs = this.#contact?.awaySince(run.confirmedAt, run.gateAfterMs) ?? 0;
+    return awayMs > 0 ? this.#confirmAttempt(run, step, awayMs, send) : undefined;
+  }
+
+  /**
+   * Wait until the control plane confirms the run's attempt (the step starts) or the run is stopped: by
+   * the control plane's cancel of the stale attempt (the run ends canceled with the step not started, as
+   * a fenced-out run does), by an operator's cancel, or by a hand-back (a second SIGTERM, a forced stop).
+   * While the control plane cannot be reached it waits: it cannot say whose the output path is.
+   */
+  async #confirmAttempt(run: Run, step: RunStep, awayMs: number, send: ReportSend): Promise<void> {
+    const { task, attempt } = run.claimed;
+    const signal = run.abort.signal;
+    if (signal.aborted) return;
+    const fields = { taskId: task.id, attempt, step };
+    this.#log.info(
+      { ...fields, awayMs: Math.round(awayMs), leaseTtlMs: run.claimed.leaseTtlMs },
+      'this agent was out of touch long enough for the lease to have run out: the step waits until the control plane confirms the attempt',
+    );
+    const waitStarted = performance.now();
+    let away = awayMs;
+    while (away > 0 && !signal.aborted) {
+      const askedAt = performance.now();
+      if (await this.#askStillOurs(run, send)) run.confirmedAt = askedAt;
+      // Away again while the question was out (frozen before its answer was read, or cut off and the
+      // question replayed after the reconnect): the lease may have run out since it was answered.
+      away = this.#contact?.awaySince(run.confirmedAt, run.gateAfterMs) ?? 0;
+    }
+    const done = { ...fields, waitedMs: Math.round(performance.now() - waitStarted) };
+    if (!signal.aborted) this.#log.info(done, 'the control plane confirmed the attempt: the step starts');
+    else if (signal.reason === FENCED_OUT)
+      this.#log.warn(
+        done,
+        'the control plane gave the task to another attempt while this agent was out of touch: the step is not started',
+      );
+    else this.#log.info(done, 'the run was stopped while the step waited for the control plane: not started');
+  }
+
+  /**
+   * Ask the control plane whether the run's attempt is still this agent's: true once it said so; false
+   * when the run was stopped meanwhile, or (after ASK_AGAIN_MS) when the question could not be stored.
+   *
+   * The question is a report, the smallest one the control plane fences: a log report without text,
+   * which renews a current attempt's lease and stores nothing. The answer is its ack. A control plane
+   * sends the cancel a report calls for before that report's ack (fleet.ts #reportApplied), so an ack
+   * with no cancel before it says the report found the attempt current. One from before that rule sends
+   * the cancel just after the ack: so a second such report follows the first, and the answer is the
+   * second one's ack. A control plane handles one agent's reports in order and answers each before the
+   * next, so the first one's cancel is read before that ack whichever control plane sent it. Both stay in
+   * the outbox until acknowledged: asked while the broker cannot be reached, they go once it can.
+   */
+  #askStillOurs(run: Run, send: ReportSend): Promise<boolean> {
+    const signal = run.abort.signal;
+    if (signal.aborted) return Promise.resolve(false);
+    const { task, attempt } = run.claimed;
+    const question = send({ kind: 'log', step: 'agent', text: '' });
+    const key = reportKey({ taskId: task.id, attempt, seq: run.seq });
+    const barrier = send({ kind: 'log', step: 'agent', text: '' });
+    return new Promise<boolean>((resolve) => {
+      let timer: NodeJS.Timeout | undefined;
+      let settled = false;
+      const settle = (answer: boolean) => {
+        if (settled) return;
+        settled = true;
+        this.#ackWaiters.delete(key);
+        signal.removeEventListener('abort', stopped);
+        clearTimeout(timer);
+        resolve(answer);
+      };
+      const stopped = () => settle(false);
+      this.#ackWaiters.set(key, () => settle(true));
+      signal.addEventListener('abort', stopped, { once: true });
+      void Promise.all([question, barrier]).then((puts) => {
+        // Not on disk: the session sends it at most once (not at all while cut off), so its ack may never come.
+        if (settled || puts.every((p) => p.ok)) return;
+        timer = setTimeout(stopped, ASK_AGAIN_MS);
+        timer.unref();
+      });
+    });
   }
 
   /**
@@ -734,6 +856,7 @@ export class FleetAgent {
         return;
       }
       case 'ack': {
+        if (this.#ackWaiters.size > 0) this.#ackWaiters.get(reportKey(m))?.();
         const key = `${m.taskId}:${m.attempt}`;
         const last = this.#lastSeq.get(key);
         if (last !== undefined && m.seq >= last) {
@@ -791,11 +914,14 @@ export class FleetAgent {
       killNow: new AbortController(),
       handingBack: false,
       done: Promise.resolve(),
+      confirmedAt: performance.now(),
+      gateAfterMs: stepGateAfterMs(claimed.leaseTtlMs, this.#cfg.heartbeatMs),
     };
     const send = (body: ReportBody) => {
       const put = session.publishReport({ taskId: task.id, attempt, leaseToken, seq: run.seq++, ...body });
       this.#puts.add(put);
       void put.finally(() => this.#puts.delete(put));
+      return put;
     };
     // After a hand-back starts, the run's own (cancel) reports are dropped: the task goes back to the queue.
     const reporter = coalescingReporter(send, () => run.handingBack);
@@ -836,6 +962,7 @@ export class FleetAgent {
       },
       reporter,
       signal: run.abort.signal,
+      beforeStep: (step) => this.#beforeStep(run, step, send),
       outputKeptBecause: () => run.keepsOutput,
       killNow: run.killNow.signal,
       logger: this.#base,

@@ -17,6 +17,7 @@ export {
 export {
   type FinalStatus,
   HANDED_BACK,
+  type RunStep,
   type RunTaskOptions,
   type RunTaskResult,
   runTask,

@@ -26,6 +26,13 @@ export interface RunTaskOptions {
   reporter: TaskReporter;
   /** Aborting it cancels the run: the current step's process group is killed. */
   signal: AbortSignal;
+  /**
+   * Asked before each step starts: a promise means "not yet", and the step starts once it resolves,
+   * unless `signal` was aborted meanwhile (the run then ends canceled, the step not started; an abort
+   * ends the wait at once). The agent holds a step here after a spell out of touch, until the control
+   * plane says the attempt is still its own. Default: every step starts at once.
+   */
+  beforeStep?: (step: RunStep) => Promise<void> | undefined;
   /** Bound to the agent by the caller; the run adds `component: "runner"`, its task and attempt. */
   logger: Logger;
   /** SIGTERM → SIGKILL grace for canceled processes; default {@link DEFAULT_KILL_GRACE_MS}. */
@@ -63,6 +70,9 @@ export interface RunTaskOptions {
  */
 export const HANDED_BACK = 'handed-back';
 
+/** The steps of a run, in order (each one only if the task has it, the transcoder always). */
+export type RunStep = 'pre' | 'transcoder' | 'post';
+
 export type FinalStatus = 'DONE_SUCCESSFUL' | 'DONE_ERROR' | 'DONE_CANCELED';
 export interface RunTaskResult {
   status: FinalStatus;
@@ -78,8 +88,8 @@ type Stop = { kind: 'failed'; error: string } | { kind: 'canceled' };
  * sidecar, script, re-import) → resolution of input, output and command → transcoder (status
  * `RUNNING`, progress) → post-processing (still `RUNNING`) → `DONE_SUCCESSFUL`. A failing step ends
  * the task `DONE_ERROR` and skips every later step; an aborted `signal` kills the current step,
- * removes a partial output and ends it `DONE_CANCELED`. Never rejects: every outcome is reported
- * through `reporter` and returned.
+ * removes a partial output and ends it `DONE_CANCELED`. Each step starts only once `beforeStep` lets
+ * it. Never rejects: every outcome is reported through `reporter` and returned.
  */
 export async function runTask(options: RunTaskOptions): Promise<RunTaskResult> {
   const now = options.now ?? (() => new Date());
@@ -163,7 +173,16 @@ async function runStages(
     protectedDirs: options.protectedDirs ?? [],
   });
 
+  /** The step gate's wait, if it holds the step (RunTaskOptions.beforeStep). */
+  const gate = (step: RunStep): Promise<void> | undefined => {
+    const held = options.beforeStep?.(step);
+    return held && untilAborted(held, signal);
+  };
+
   if (isStepDefined(state.task.preProcessing)) {
+    const held = gate('pre');
+    if (held) await held;
+    if (signal.aborted) return { kind: 'canceled' };
     // The pre-processing script sees input and output as they resolve now; the sidecar shows them
     // unresolved (spec), and both are resolved again afterwards because a re-import may change them.
     const outcome = await runScriptStep(
@@ -173,6 +192,9 @@ async function runStages(
     // Same instant and ${UUID}, current metadata.
     ctx = makeContext(ctx.uuid);
   }
+  // Before anything of the transcoder's step (its output directory, its RUNNING report).
+  const held = gate('transcoder');
+  if (held) await held;
   if (signal.aborted) return { kind: 'canceled' };
 
   const paths = resolvePaths(ctx, state);
@@ -243,12 +265,31 @@ async function runStages(
   if (transcode.kind !== 'ok') return transcode;
 
   if (isStepDefined(state.task.postProcessing)) {
+    const held = gate('post');
+    if (held) await held;
+    if (signal.aborted) return { kind: 'canceled' };
     const outcome: StepOutcome = await runScriptStep(
       stepInput('post', paths, { status: 'RUNNING', progress: 100, remaining: 0 }),
     );
     if (outcome.kind !== 'ok') return outcome;
   }
   return null;
+}
+
+/** `held`, or less: the wait ends when `signal` is aborted first. A rejection is the run's error. */
+function untilAborted(held: Promise<void>, signal: AbortSignal): Promise<void> {
+  if (signal.aborted) return Promise.resolve();
+  return new Promise((resolve, reject) => {
+    const stop = () => {
+      signal.removeEventListener('abort', stop);
+      resolve();
+    };
+    signal.addEventListener('abort', stop, { once: true });
+    held.then(stop, (err: unknown) => {
+      signal.removeEventListener('abort', stop);
+      reject(err);
+    });
+  });
 }
 
 /** Input first, then output (which may use input-derived wildcards). */
