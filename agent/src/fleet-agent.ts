@@ -69,7 +69,8 @@ const REFUSED_STOP_MARGIN_MS = 1_000;
 
 /**
  * A run's question "is this attempt still mine?" (#askStillOurs) that could not be stored in the outbox
- * (a full disk) is not resent by the session: it is asked again this long later.
+ * (a full disk) lives in the outbox's memory only, which may drop it (its bound): it is asked again this
+ * long later.
  */
 const ASK_AGAIN_MS = 5_000;
 
@@ -455,7 +456,8 @@ export class FleetAgent {
       this.#ackWaiters.set(key, () => settle(true));
       signal.addEventListener('abort', stopped, { once: true });
       void Promise.all([question, barrier]).then((puts) => {
-        // Not on disk: the session sends it at most once (not at all while cut off), so its ack may never come.
+        // Not on disk: the outbox keeps it in memory and sends it again, but may drop it (its memory bound),
+        // so its ack may never come.
         if (settled || puts.every((p) => p.ok)) return;
         timer = setTimeout(stopped, ASK_AGAIN_MS);
         timer.unref();
