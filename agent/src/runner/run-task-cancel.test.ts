@@ -197,6 +197,8 @@ describe('runTask: cancel', () => {
     const { result } = await run;
     expect(result.status).toBe('DONE_CANCELED');
     expect(existsSync(output)).toBe(true);
+    // As above: the script's `sleep`, killed with its group, may still be on its way out for a moment.
+    await waitFor(() => listProcessesMentioning(fx.dir).length === 0, 1000).catch(() => {});
     expect(listProcessesMentioning(fx.dir)).toEqual([]);
   });
 
