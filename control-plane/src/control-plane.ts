@@ -16,6 +16,7 @@ import { ControlPlaneClient } from './broker/control-plane-client.ts';
 import { EmbeddedBroker, type LocalBrokerLink } from './broker/embedded-broker.ts';
 import type { ControlPlaneConfig } from './config/config.ts';
 import { type Database, openDatabase } from './db/client.ts';
+import { claimControlPlaneLock } from './db/control-plane-lock.ts';
 import { PgliteCheckpointer } from './db/pglite-checkpointer.ts';
 import { EventBus } from './events/event-bus.ts';
 import { RetentionSweeper } from './events/retention.ts';
@@ -153,6 +154,11 @@ export async function startControlPlane(
       : await openDatabase({ kind: 'pglite', dataDir: join(config.dataDir, 'pglite') });
     if (!config.databaseUrl) await keepPrivate(join(config.dataDir, 'pglite'));
     stops.push(() => database.close());
+    // One control plane per database (control-plane-lock.ts), before this one marks any agent offline.
+    // Behind a transaction-mode pooler (FFLEET_PG_PREPARE=0) a session lock would stay on whichever server
+    // connection took it: not checked there.
+    if (config.databaseUrl && config.pgPrepare !== false)
+      stops.push(await claimControlPlaneLock(config.databaseUrl, logger));
     logger.info({ db: database.kind }, 'database ready');
     const renamed = await normalizeStoredFolderPaths(database.db);
     if (renamed) logger.info({ watchfolders: renamed }, 'watchfolder paths normalised');
