@@ -238,6 +238,27 @@ describe('mergeTaskEvent', () => {
     expect(claimed.view.tasks[0]?.waitingFor).toBeUndefined();
   });
 
+  it('keeps what a running task’s cancel waits for through its progress events, not past its end', () => {
+    const a = task({
+      status: 'RUNNING',
+      waitingFor: 'its cancel: agent enc-1 is stopping the run',
+    });
+    const progressed = merge(view([a]), 'task.updated', {
+      ...a,
+      progress: 40,
+      updatedAt: a.updatedAt + 1,
+      waitingFor: undefined,
+    });
+    expect(progressed.view.tasks[0]).toMatchObject({ progress: 40, waitingFor: a.waitingFor });
+    const canceled = merge(view([a]), 'task.updated', {
+      ...a,
+      status: 'DONE_CANCELED',
+      updatedAt: a.updatedAt + 1,
+      waitingFor: undefined,
+    });
+    expect(canceled.view.tasks[0]?.waitingFor).toBeUndefined();
+  });
+
   it('adds a created task at the top of the first page, keeping the page size', () => {
     const [a, b] = [task(), task()];
     const m = merge(view([a!, b!]), 'task.created', task({ name: 'new' }));

@@ -249,6 +249,9 @@ function taskCells(t) {
         // Why no agent claims it (the API's reads say so; the list is read again as agents change).
         if (t.status === 'QUEUED' && t.waitingFor)
           return [el('span', 'task-waiting', `waiting: ${t.waitingFor}`)];
+        // A running task whose cancel waits for its agent (the cancel's answer says so): e.g. the agent is
+        // offline, and the task is canceled when its lease runs out.
+        if (t.waitingFor) return [el('span', 'task-waiting', `waiting for ${t.waitingFor}`)];
         if (t.status === 'PRE_PROCESSING') return [el('span', 'muted', 'pre-processing…')];
         if (t.status !== 'RUNNING') return [];
         if (postProcessing) return [el('span', 'muted', 'post-processing…')];

@@ -11,7 +11,8 @@
  * @property {number} progress 0–100
  * @property {number} remaining seconds, -1 while unknown
  * @property {string} error "" without an error
- * @property {string} [waitingFor] why a QUEUED task is not being claimed (on the API's reads only)
+ * @property {string} [waitingFor] why a QUEUED task is not being claimed, or what a running task's cancel
+ *   waits for (on the API's reads and a cancel's answer only)
  * @property {number} attempt
  * @property {{id: string, name: string} | null} agent
  * @property {number} createdAt Unix ms
@@ -476,9 +477,10 @@ export function mergeTaskEvent(view, event, task) {
     if (current && task.updatedAt < current.updatedAt) return unchanged;
     if (!matches) return remove();
     const tasks = view.tasks.slice();
-    // Events do not carry `waitingFor` (the API's reads work it out): a task still queued keeps it.
+    // Events do not carry `waitingFor` (the API's reads work it out): a task still queued keeps it, and so
+    // does a running one whose cancel waits for its agent (its progress events go on until it stops).
     tasks[index] =
-      task.status === 'QUEUED' && current?.status === 'QUEUED' && current.waitingFor && !task.waitingFor
+      task.status === current?.status && isOpenStatus(task.status) && current.waitingFor && !task.waitingFor
         ? { ...task, waitingFor: current.waitingFor }
         : task;
     return result(tasks, view.total, false);
