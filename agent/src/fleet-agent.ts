@@ -75,14 +75,13 @@ const REFUSED_STOP_MARGIN_MS = 1_000;
 const ASK_AGAIN_MS = 5_000;
 
 /**
- * How long a spell out of touch (frozen, cut off from the broker) must have lasted for a run's lease to
- * have possibly run out in it: past it, the run's next step waits for the control plane's word
- * (#beforeStep). The agent's heartbeat renews the lease every `heartbeatMs`, so a spell begins with at
- * least `leaseTtlMs - heartbeatMs` of lease left, one less heartbeat if the last one (QoS 0) was lost;
- * and never more than half the lease, which leaves room for what the agent cannot see (the control
- * plane's commits and sweeps running late, a freeze measured from the tick before it). Erring low costs
- * a round trip to the control plane at a step boundary after a spell; erring high starts a step on an
- * output path another attempt owns.
+ * How long a run may go without the control plane's word on its attempt (the claim's answer, an ack of
+ * one of its reports) before its lease may have run out: past it, the run's next step waits for that
+ * word (#beforeStep). The agent's heartbeat renews the lease every `heartbeatMs`, so the lease lasts at
+ * least `leaseTtlMs - heartbeatMs` past the last word, one heartbeat less if the last one (QoS 0) was
+ * lost; and never more than half the lease, which leaves room for what the agent cannot see (the control
+ * plane's commits and sweeps running late). Erring low costs a round trip to the control plane at a step
+ * boundary; erring high starts a step on an output path another attempt owns.
  */
 const stepGateAfterMs = (leaseTtlMs: number, heartbeatMs: number): number =>
   Math.max(0, Math.min(leaseTtlMs / 2, leaseTtlMs - 2 * heartbeatMs));
@@ -129,9 +128,9 @@ type Run = {
   /** Aborted then: the transcoder's grace is cut short, so it writes no trailer into other work's file. */
   killNow: AbortController;
   /**
-   * When (performance.now()) the control plane last confirmed the attempt as this agent's: the claim
-   * answer, or the last answer at the step gate. A spell away of `gateAfterMs` or more ending after it
-   * makes the next step wait for the control plane (#beforeStep).
+   * When (performance.now()) the control plane last confirmed the attempt as this agent's: the claim's
+   * answer, an ack of one of the run's reports, an answer at the step gate. `gateAfterMs` or more since
+   * then makes the next step wait for the control plane (#beforeStep).
    */
   confirmedAt: number;
   gateAfterMs: number;
@@ -375,16 +374,19 @@ export class FleetAgent {
   }
 
   /**
-   * The step gate, asked by a run before each of its steps starts (RunTaskOptions.beforeStep). If this
-   * agent was out of touch since the control plane last confirmed the attempt (frozen while a script
-   * ran, or cut off from the broker) long enough for the lease to have run out, the control plane may
+   * The step gate, asked by a run before each of its steps starts (RunTaskOptions.beforeStep). If the
+   * control plane has not confirmed the attempt for long enough that its lease may have run out, it may
    * have given the task to another attempt, which writes the same output; the cancel that says so comes
    * only in answer to what this agent sends next, too late once the step has started. Then the step
-   * waits for the control plane's word (#confirmAttempt). Otherwise nothing waits: one check per step.
+   * waits for the control plane's word (#confirmAttempt). The attempt is confirmed by the claim's answer
+   * and by every ack of the run's reports (a transcode reports its progress every second), so a step
+   * asks after a long pre-processing script, and after any spell out of touch: frozen (SIGSTOP, a paused
+   * VM), cut off from the broker, or cut off without knowing it yet (a silent partition that only the
+   * MQTT keepalive finds, up to 45 s later). Otherwise nothing waits: one comparison per step.
    */
   #beforeStep(run: Run, step: RunStep, send: ReportSend): Promise<void> | undefined {
-    const awayMs = this.#contact?.awaySince(run.confirmedAt, run.gateAfterMs) ?? 0;
-    return awayMs > 0 ? this.#confirmAttempt(run, step, awayMs, send) : undefined;
+    const quietMs = performance.now() - run.confirmedAt;
+    return quietMs >= run.gateAfterMs ? this.#confirmAttempt(run, step, quietMs, send) : undefined;
   }
 
   /**
@@ -393,26 +395,39 @@ export class FleetAgent {
    * a fenced-out run does), by an operator's cancel, or by a hand-back (a second SIGTERM, a forced stop).
    * While the control plane cannot be reached it waits: it cannot say whose the output path is.
    */
-  async #confirmAttempt(run: Run, step: RunStep, awayMs: number, send: ReportSend): Promise<void> {
+  async #confirmAttempt(run: Run, step: RunStep, quietMs: number, send: ReportSend): Promise<void> {
     const { task, attempt } = run.claimed;
     const signal = run.abort.signal;
     if (signal.aborted) return;
     const fields = { taskId: task.id, attempt, step };
-    this.#log.info(
-      { ...fields, awayMs: Math.round(awayMs), leaseTtlMs: run.claimed.leaseTtlMs },
-      'this agent was out of touch long enough for the lease to have run out: the step waits until the control plane confirms the attempt',
+    // A spell this agent saw is worth a line; a long script's quiet alone is the usual case (debug).
+    const awayMs = this.#contact?.awaySince(run.confirmedAt, run.gateAfterMs) ?? 0;
+    const level = awayMs > 0 ? 'info' : 'debug';
+    this.#log[level](
+      {
+        ...fields,
+        quietMs: Math.round(quietMs),
+        ...(awayMs > 0 ? { awayMs: Math.round(awayMs) } : {}),
+        leaseTtlMs: run.claimed.leaseTtlMs,
+      },
+      awayMs > 0
+        ? 'this agent was out of touch long enough for the lease to have run out: the step waits until the control plane confirms the attempt'
+        : 'no word from the control plane on this attempt for half its lease: the step waits until the control plane confirms the attempt',
     );
     const waitStarted = performance.now();
-    let away = awayMs;
-    while (away > 0 && !signal.aborted) {
+    // Asked again when the answer took so long that the lease may have run out since the question left
+    // (frozen before its answer was read, or cut off and the question sent after the reconnect).
+    while (performance.now() - run.confirmedAt >= run.gateAfterMs && !signal.aborted) {
       const askedAt = performance.now();
-      if (await this.#askStillOurs(run, send)) run.confirmedAt = askedAt;
-      // Away again while the question was out (frozen before its answer was read, or cut off and the
-      // question replayed after the reconnect): the lease may have run out since it was answered.
-      away = this.#contact?.awaySince(run.confirmedAt, run.gateAfterMs) ?? 0;
+      if (await this.#askStillOurs(run, send)) run.confirmedAt = Math.max(run.confirmedAt, askedAt);
     }
-    const done = { ...fields, waitedMs: Math.round(performance.now() - waitStarted) };
-    if (!signal.aborted) this.#log.info(done, 'the control plane confirmed the attempt: the step starts');
+    const waitedMs = Math.round(performance.now() - waitStarted);
+    const done = { ...fields, waitedMs };
+    if (!signal.aborted)
+      this.#log[awayMs > 0 || waitedMs >= 1_000 ? 'info' : 'debug'](
+        done,
+        'the control plane confirmed the attempt: the step starts',
+      );
     else if (signal.reason === FENCED_OUT)
       this.#log.warn(
         done,
@@ -859,6 +874,10 @@ export class FleetAgent {
       }
       case 'ack': {
         if (this.#ackWaiters.size > 0) this.#ackWaiters.get(reportKey(m))?.();
+        // The report found its attempt current (a control plane sends a stale one's cancel first): the
+        // step gate counts the lease's time from here.
+        const acked = this.#runs.get(m.taskId);
+        if (acked?.claimed.attempt === m.attempt) acked.confirmedAt = performance.now();
         const key = `${m.taskId}:${m.attempt}`;
         const last = this.#lastSeq.get(key);
         if (last !== undefined && m.seq >= last) {

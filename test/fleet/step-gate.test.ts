@@ -110,6 +110,50 @@ describe('the step gate of an agent frozen past its lease', () => {
     expect(processesMatching(target)).toEqual([]);
     expect(descendantPids(runner.pid)).toEqual([]);
   }, 120_000);
+
+  it('does not start it either when the agent is cut off without knowing it (a silent partition)', async () => {
+    const transcoder = journaledTranscoder(c);
+    const env = { FFLEET_TRANSCODER: transcoder.path, LOG_LEVEL: 'info' };
+    const relay = await holdRelay(c.mqttUrl);
+    try {
+      const cut = await c.startAgent({ name: 'silent-a', env: { ...env, MQTT_URL: relay.url } });
+      const other = await c.startAgent({ name: 'silent-b', env });
+      await c.api.patch(`/api/v1/agents/${other.label}`, { paused: true });
+      const target = join(c.dir, 'out', 'silent.mp4');
+      const pre = writeScript(c.dir, 'scripts/silent-pre.sh', 'sleep 3');
+      const task = await c.api.createTask({
+        command: ENCODE,
+        inputFile: clip,
+        outputFile: target,
+        preProcessing: { scriptPath: pre },
+      });
+      await c.api.waitForTask(
+        task.id,
+        (t) => t.status === 'PRE_PROCESSING' && t.agent?.name === cut.label,
+        30_000,
+      );
+      // Nothing passes any more, either way, and nothing closes: the agent's MQTT client notices only at
+      // its keepalive (30 s, and up to half as long again). Meanwhile its lease runs out (3 s).
+      relay.holdUp();
+      relay.holdDown();
+      await c.api.patch(`/api/v1/agents/${other.label}`, { paused: false });
+      const done = await c.api.waitForTask(task.id, (t) => t.status.startsWith('DONE_'), 60_000);
+      expect(done).toMatchObject({ status: 'DONE_SUCCESSFUL', attempt: 2, agent: { name: other.label } });
+      // The cut-off agent's script ended seconds ago: its transcoder waits for the control plane's word.
+      expect(transcoder.startsOn(target)).toEqual([other.label]);
+      relay.releaseUp();
+      relay.release();
+      await cut.waitForOutput(/"attempt":1,"status":"DONE_CANCELED","msg":"task finished"/, 20_000);
+      expect(transcoder.startsOn(target)).toEqual([other.label]);
+      expect(cut.output()).toMatch(
+        /"step":"transcoder".*"msg":"the control plane gave the task to another attempt while this agent was out of touch: the step is not started"/,
+      );
+      expect(md5(target)).toBe(reference);
+      expect(processesMatching(target)).toEqual([]);
+    } finally {
+      await relay.close();
+    }
+  }, 120_000);
 });
 
 describe('the step gate of an agent cut off for a while, its lease still held', () => {
