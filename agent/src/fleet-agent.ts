@@ -373,6 +373,13 @@ export class FleetAgent {
     r.killNow.abort();
   }
 
+  /** Where unsent reports stay when this process leaves: on disk, but for those the disk refused. */
+  #whereUnsentStay(): string {
+    return this.#outbox.unsaved() > 0
+      ? 'they stay on disk for the next start, but for those the disk refused, which the outbox tries to write once more as it stops'
+      : 'they stay on disk for the next start';
+  }
+
   /**
    * The step gate, asked by a run before each of its steps starts (RunTaskOptions.beforeStep). If the
    * control plane has not confirmed the attempt for long enough that its lease may have run out, it may
@@ -577,16 +584,20 @@ export class FleetAgent {
         if (this.#refusedCode !== undefined) {
           // Waiting cannot help: the broker does not let this agent in with its present token.
           this.#log.warn(
-            { unsent: this.#outbox.size() },
-            'the broker refuses this agent, so the control plane cannot get the last reports: they stay on disk for the next start',
+            { unsent: this.#outbox.size(), notOnDisk: this.#outbox.unsaved() },
+            `the broker refuses this agent, so the control plane cannot get the last reports: ${this.#whereUnsentStay()}`,
           );
           break;
         }
         if (!told) {
           told = true;
           this.#log.warn(
-            { unsent: this.#outbox.size(), waitS: Math.round(flushMs / 1000) },
-            'the control plane has not got the last reports yet: waiting for it (signal again to leave now; they stay on disk for the next start)',
+            {
+              unsent: this.#outbox.size(),
+              notOnDisk: this.#outbox.unsaved(),
+              waitS: Math.round(flushMs / 1000),
+            },
+            `the control plane has not got the last reports yet: waiting for it (signal again to leave now; ${this.#whereUnsentStay()})`,
           );
         }
       }

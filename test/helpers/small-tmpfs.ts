@@ -4,7 +4,16 @@
  * with `it.runIf(canMountTmpfs)` and skip elsewhere.
  */
 import { spawnSync } from 'node:child_process';
-import { closeSync, mkdirSync, mkdtempSync, openSync, rmSync, writeSync } from 'node:fs';
+import {
+  closeSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  rmSync,
+  statSync,
+  truncateSync,
+  writeSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -20,8 +29,8 @@ export const canMountTmpfs: boolean = (() => {
 export interface SmallTmpfs {
   /** The mount point. */
   dir: string;
-  /** Fill what is left of it with one file (writes until ENOSPC). */
-  fill(): void;
+  /** Fill what is left of it with one file (writes until ENOSPC), then give back `leaveBytes` of it. */
+  fill(leaveBytes?: number): void;
   /** Remove the filler: the space is back. */
   free(): void;
   /** Unmount and remove the mount point (idempotent). */
@@ -38,7 +47,7 @@ export function mountSmallTmpfs(size: string, dir?: string): SmallTmpfs {
   let mounted = true;
   return {
     dir: at,
-    fill() {
+    fill(leaveBytes = 0) {
       // Page by page until the tmpfs refuses one: then nothing is left for anyone.
       const fd = openSync(filler, 'a');
       const page = Buffer.alloc(4096, 1);
@@ -49,6 +58,7 @@ export function mountSmallTmpfs(size: string, dir?: string): SmallTmpfs {
       } finally {
         closeSync(fd);
       }
+      if (leaveBytes > 0) truncateSync(filler, Math.max(0, statSync(filler).size - leaveBytes));
     },
     free() {
       rmSync(filler, { force: true });

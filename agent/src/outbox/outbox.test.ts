@@ -607,6 +607,52 @@ describe('Outbox', () => {
       );
     });
 
+    it('writes a refused entry once the disk has room for it, though not for a compaction', async () => {
+      const { logger, records } = captureLogger();
+      const o = await openOutbox(logger, { unsavedRetryMs: 50 });
+      // ~100 kB live: a compaction needs that much again.
+      for (let i = 0; i < 20; i++) expect((await o.put(`t:1:${i}`, 'topic', payload(i))).ok).toBe(true);
+      disk.fill();
+      expect((await o.put('t:2:0', 'topic', payload(99))).ok).toBe(false);
+      // Before, only a compaction wrote it, and that never found room: lost at stop.
+      disk.free();
+      disk.fill(16 * 1024);
+      await expect.poll(() => o.unsaved(), { timeout: 5_000 }).toBe(0);
+      expect(records.some((r) => r.msg === 'outbox entries the disk had refused are written now')).toBe(true);
+      await o.stop();
+      open.splice(open.indexOf(o), 1);
+      const keys = (await openOutbox()).list().map((e) => e.key);
+      expect(keys).toHaveLength(21);
+      expect(keys.at(-1)).toBe('t:2:0');
+    });
+
+    it('replays in put order an entry the disk refused and that was written after later ones', async () => {
+      const o = await openOutbox(silent, { unsavedRetryMs: 60_000 });
+      expect((await o.put('t:1:0', 'topic', payload(0))).ok).toBe(true);
+      disk.fill();
+      expect((await o.put('t:1:1', 'topic', payload(1))).ok).toBe(false);
+      // Its first try again (right after the refusal) fails too; the next is a minute away.
+      await new Promise((r) => setTimeout(r, 50));
+      disk.free();
+      // Written at once, before the refused one is tried again (at stop here).
+      expect((await o.put('t:1:2', 'topic', payload(2))).ok).toBe(true);
+      await o.stop();
+      open.splice(open.indexOf(o), 1);
+      expect((await journal(dir)).map((r) => r.key ?? null)).toEqual([null, 't:1:0', 't:1:2', 't:1:1']);
+      expect((await openOutbox()).list().map((e) => e.key)).toEqual(['t:1:0', 't:1:1', 't:1:2']);
+    });
+
+    it('logs the first of a run of failed writes, and when they succeed again', async () => {
+      const { logger, records } = captureLogger();
+      const o = await openOutbox(logger, { unsavedRetryMs: 60_000 });
+      disk.fill();
+      for (let i = 0; i < 5; i++) expect((await o.put(`t:1:${i}`, 'topic', payload(i))).ok).toBe(false);
+      expect(records.filter((r) => r.msg === 'outbox write failed')).toHaveLength(1);
+      disk.free();
+      expect((await o.put('t:1:9', 'topic', payload(9))).ok).toBe(true);
+      expect(records.filter((r) => r.msg === 'outbox writes succeed again')).toHaveLength(1);
+    });
+
     it('writes what the disk refused when it stops, if there is space by then', async () => {
       const o = await openOutbox(silent, { unsavedRetryMs: 60_000 });
       disk.fill();

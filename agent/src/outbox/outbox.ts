@@ -39,10 +39,11 @@ import type { Logger } from 'pino';
  * Unsaved entries. A put whose write failed (a full disk, an I/O error) is not dropped: the agent has
  * nothing else that remembers it (a task's final report, sent once while the control plane could not
  * apply it, was lost, and the task ran again as a new attempt after its lease, post-processing twice).
- * It stays live in memory, is listed and replayed like a stored entry until its ack, and is written by
- * the next compaction that succeeds (tried again every `UNSAVED_RETRY_MS` while any is left). Only a
- * process that ends meanwhile loses it, and says so. Unsaved entries hold at most `MAX_UNSAVED_BYTES`;
- * beyond that the oldest go, logged.
+ * It stays live in memory and is listed and replayed like a stored entry until its ack. Every
+ * `UNSAVED_RETRY_MS` while any is left, and once more at stop, the unsaved entries are appended to the
+ * journal as one group (with their own order numbers: a load sorts entries by them, so they replay in put
+ * order); a compaction also writes them. Only a process that ends meanwhile loses them, and says so.
+ * Unsaved entries hold at most `MAX_UNSAVED_BYTES`; beyond that the oldest go, logged.
  *
  * Compaction. At start, whenever the file holds anything but a header and live puts (acks, replaced
  * puts, damage, a torn tail), and at run time once it is over `compactBytes` (4 MiB) and at least half
@@ -114,6 +115,8 @@ const NEWLINE = 0x0a;
 /** Append-only, created if missing. */
 const APPEND_FLAGS = constants.O_WRONLY | constants.O_CREAT | constants.O_APPEND;
 const STORED: Promise<PutResult> = Promise.resolve({ ok: true });
+/** A failing disk fails every write: the first failure of a streak is logged, then one in this many. */
+const FAILED_WRITES_LOGGED_EVERY = 100;
 /** Unsaved entries are written by a compaction tried this often while any is left. */
 const UNSAVED_RETRY_MS = 5_000;
 /** Memory for unsaved entries (a report is kilobytes, at most 16 MiB): the oldest beyond this go. */
@@ -181,6 +184,8 @@ export class Outbox {
   /** No compaction for unsaved entries before this time (Date.now()). */
   private unsavedRetryAt = 0;
   private unsavedTimer: NodeJS.Timeout | null = null;
+  /** Journal writes failed in a row (see FAILED_WRITES_LOGGED_EVERY). */
+  private failedWrites = 0;
   /** Run-time compaction is not tried again before the file reaches this size (after a failure). */
   private compactRetryAt = 0;
   /** A failed write may have left a partial line that could not be truncated: start the next on a new line. */
@@ -226,6 +231,7 @@ export class Outbox {
     const names = await readdir(this.dir);
     const journal = await this.loadJournal();
     const legacy = await this.loadLegacy(names, journal.seenOrders);
+    this.sortByOrder();
     for (const name of names) {
       if (name.endsWith('.tmp') || name === COMPACT_TMP) await unlink(join(this.dir, name)).catch(() => {});
     }
@@ -361,6 +367,18 @@ export class Outbox {
     }
   }
 
+  /**
+   * Entries in put order: a journal holds them in the order they were written, which differs where
+   * entries the disk had refused were appended later (see "Unsaved entries").
+   */
+  private sortByOrder(): void {
+    const slots = [...this.entries.values()];
+    if (slots.every((s, i) => i === 0 || slots[i - 1]!.order < s.order)) return;
+    slots.sort((a, b) => a.order - b.order);
+    this.entries.clear();
+    for (const s of slots) this.entries.set(s.key, s);
+  }
+
   private forget(slot: Slot): void {
     if (this.entries.get(slot.key) !== slot) return;
     this.entries.delete(slot.key);
@@ -427,6 +445,7 @@ export class Outbox {
   private async pump(): Promise<void> {
     try {
       for (;;) {
+        if (this.unsavedDue()) await this.saveUnsaved();
         if (this.compactDue()) await this.compact();
         if (this.queue.length === 0) return;
         // Acks alone wait for a put to ride with, or for their timer.
@@ -446,12 +465,32 @@ export class Outbox {
     }
   }
 
-  private compactDue(): boolean {
-    if (this.unsavedCount > 0 && Date.now() >= this.unsavedRetryAt) {
-      // Tried once per unsavedRetryMs: on a disk that stays full, not a rewrite per put.
-      this.unsavedRetryAt = Date.now() + this.unsavedRetryMs;
-      return true;
+  /** Unsaved entries are left and their next try is due (tried once per unsavedRetryMs, and at stop). */
+  private unsavedDue(): boolean {
+    if (this.unsavedCount === 0 || Date.now() < this.unsavedRetryAt) return false;
+    this.unsavedRetryAt = Date.now() + this.unsavedRetryMs;
+    return true;
+  }
+
+  /**
+   * Append the unsaved entries as one group (a write and a sync): a disk with room for them takes them,
+   * however little, where a compaction needs room for a whole second journal.
+   */
+  private async saveUnsaved(): Promise<void> {
+    const group: Pending[] = [];
+    for (const s of this.entries.values()) {
+      if (!s.unsaved) continue;
+      const line = encode({ put: s.order, key: s.key, topic: s.topic, payload: s.payload, ts: s.ts });
+      group.push({ line, slot: s, resolve: () => {} });
     }
+    const before = this.unsavedCount;
+    await this.commit(group);
+    const saved = before - this.unsavedCount;
+    if (saved > 0)
+      this.logger.info({ entries: saved }, 'outbox entries the disk had refused are written now');
+  }
+
+  private compactDue(): boolean {
     return (
       this.fd >= 0 &&
       this.fileSize >= this.compactBytes &&
@@ -492,7 +531,15 @@ export class Outbox {
       }
     }
     if (error !== null) {
-      this.logger.error({ puts: group.filter((p) => p.slot).length, err: error }, 'outbox write failed');
+      this.failedWrites++;
+      if (this.failedWrites === 1 || this.failedWrites % FAILED_WRITES_LOGGED_EVERY === 0)
+        this.logger.error(
+          { puts: group.filter((p) => p.slot).length, err: error, failedInARow: this.failedWrites },
+          'outbox write failed',
+        );
+    } else if (this.failedWrites > 0) {
+      this.logger.info({ failedBefore: this.failedWrites }, 'outbox writes succeed again');
+      this.failedWrites = 0;
     }
     for (const p of group) {
       const slot = p.slot;
@@ -501,6 +548,7 @@ export class Outbox {
       } else if (error === null) {
         slot.persisted = true;
         slot.prev = undefined;
+        if (slot.unsaved) this.setUnsaved(slot, false);
         p.resolve({ ok: true });
       } else {
         // Still live (not acked or replaced meanwhile): kept in memory until acked or written.
