@@ -12,7 +12,7 @@ import {
   VALID,
 } from '../../../test/api/support.ts';
 import { useTestApp } from '../../../test/helpers/app.ts';
-import { presets, taskLogs, tasks } from '../db/schema.ts';
+import { agents, presets, taskLogs, tasks } from '../db/schema.ts';
 import { CANCEL_ANSWER_WAIT_MS, taskEventData } from '../services/tasks.ts';
 
 describe('task routes', () => {
@@ -336,8 +336,18 @@ describe('task routes', () => {
 
   describe('cancel', () => {
     it("answers a running task's cancel with its final state once its agent reports it, else as it is after a short wait", async () => {
+      const AGENT_ID = '00000000-0000-4000-8000-0000000000a1';
+      await t.db.db.insert(agents).values({
+        id: AGENT_ID,
+        name: 'a1',
+        online: true,
+        reportedSlots: 1,
+        createdAt: 1,
+        lastSeen: Date.now(),
+        connectedAt: 1,
+      });
       const task = await create(VALID.task());
-      await setRow(task.id, { status: 'RUNNING', agentId: UNKNOWN_ID, agentName: 'a1', attempt: 1 });
+      await setRow(task.id, { status: 'RUNNING', agentId: AGENT_ID, agentName: 'a1', attempt: 1 });
       // What the fleet emits when the agent's DONE_CANCELED report is applied (a stand-in for the agent).
       const reported = setTimeout(() => {
         const final: Task = { ...(task as Task), status: 'DONE_CANCELED', finishedAt: Date.now() };
@@ -357,12 +367,23 @@ describe('task routes', () => {
       } finally {
         clearTimeout(reported);
       }
-      // No report (an agent that is gone): the running task as it is, after the wait.
+      // No report (an agent that does not answer): the running task as it is, after the wait.
       const other = await create(VALID.task());
-      await setRow(other.id, { status: 'RUNNING', agentId: UNKNOWN_ID, agentName: 'a1', attempt: 1 });
+      await setRow(other.id, { status: 'RUNNING', agentId: AGENT_ID, agentName: 'a1', attempt: 1 });
       const started = Date.now();
       expect((await json(await t.call('PATCH', `/api/v1/tasks/${other.id}/cancel`))).status).toBe('RUNNING');
       expect(Date.now() - started).toBeGreaterThanOrEqual(CANCEL_ANSWER_WAIT_MS - 50);
+      // Its agent offline: no wait, and the answer says what the cancel waits for (the lease).
+      await t.db.db.update(agents).set({ online: false }).where(eq(agents.id, AGENT_ID));
+      const asked = Date.now();
+      const answer = await json(await t.call('PATCH', `/api/v1/tasks/${other.id}/cancel`));
+      expect(Date.now() - asked).toBeLessThan(CANCEL_ANSWER_WAIT_MS / 2);
+      expect(answer).toMatchObject({
+        status: 'RUNNING',
+        waitingFor: expect.stringMatching(
+          /^its cancel: agent a1 is offline; the task is canceled when its lease/,
+        ),
+      });
     });
 
     it('moves a QUEUED task to DONE_CANCELED at once (PATCH and POST)', async () => {

@@ -77,6 +77,11 @@ describe('leases across the control plane’s own absences', () => {
     // The agent goes (its Last Will) without confirming: only the lease can end the task now.
     await mqtt.birth('a1', { ...sampleBirth('a1'), state: 'offline' });
     await poll(async () => /is offline/.test((await waitingFor()) ?? ''), 5_000, 'agent offline');
+    // Asked again: answered at once, there is no agent to wait for.
+    const askedAt = Date.now();
+    const [again] = await withWaitingFor(ctx, [await cancelTask(ctx, task.id)]);
+    expect(Date.now() - askedAt).toBeLessThan(CANCEL_ANSWER_WAIT_MS / 2);
+    expect(again?.waitingFor).toMatch(/^its cancel: agent a1 is offline;/);
     expect(await waitingFor()).toMatch(
       /^its cancel: agent a1 is offline; the task is canceled when its lease runs out \(in [0-3] s\), or as soon as the agent reports back$/,
     );

@@ -11,7 +11,7 @@ import { and, asc, count, desc, eq, ilike, inArray, or, type Placeholder, type S
 import { ConflictError, NotFoundError, ValidationError } from '../api/errors.ts';
 import type { Db, RawStatement } from '../db/client.ts';
 import { type TaskRow, toTask } from '../db/mappers.ts';
-import { batches, presets, taskCounts, taskIsOpen, taskLogs, tasks } from '../db/schema.ts';
+import { agents, batches, presets, taskCounts, taskIsOpen, taskLogs, tasks } from '../db/schema.ts';
 import { ph, runCached } from '../db/statement-cache.ts';
 import { compactTaskCounts } from '../db/task-counts.ts';
 import { EmittedEvents } from '../events/outbox.ts';
@@ -448,8 +448,14 @@ export async function cancelTask(ctx: ServiceContext, id: string): Promise<Task>
     return toTask({ ...r, cancelRequested: true });
   });
   if (!toStop) return task;
-  const finished = untilFinished(ctx, id, CANCEL_ANSWER_WAIT_MS);
-  ctx.fleet.cancelRunning(toStop);
+  const stopping: TaskRow = toStop;
+  // An offline agent cannot answer: the task as it is now (its waitingFor says what the cancel waits for).
+  const [agent] = await ctx.database.db
+    .select({ online: agents.online })
+    .from(agents)
+    .where(eq(agents.id, stopping.agentId!));
+  const finished = agent?.online ? untilFinished(ctx, id, CANCEL_ANSWER_WAIT_MS) : null;
+  ctx.fleet.cancelRunning(stopping);
   return (await finished) ?? task;
 }
 

@@ -3,7 +3,7 @@ import { json, VALID } from '../../../test/api/support.ts';
 import { useTestApp } from '../../../test/helpers/app.ts';
 import type { AgentRow } from '../db/mappers.ts';
 import { agents } from '../db/schema.ts';
-import { waitingReason } from './waiting-for.ts';
+import { cancelReason, SILENT_AGENT_MS, waitingReason } from './waiting-for.ts';
 
 const agent = (name: string, more: Partial<AgentRow> = {}) =>
   ({
@@ -110,5 +110,18 @@ describe('GET /tasks shows why a queued task is not claimed', () => {
     // The agent gets the label: nothing keeps the task from being claimed.
     await t.call('PATCH', '/api/v1/agents/box-1', { labels: ['gpu'] });
     expect((await json(await t.call('GET', `/api/v1/tasks/${waiting.id}`), 200)).waitingFor).toBeUndefined();
+  });
+});
+
+describe('what a running task’s cancel waits for', () => {
+  it('its agent’s stop while the agent is heard from; else the lease, saying why', () => {
+    expect(cancelReason('enc-1', true, 2_000, 20_000)).toBe('its cancel: agent enc-1 is stopping the run');
+    // Frozen or cut off without the broker knowing yet: online, but silent.
+    expect(cancelReason('enc-1', true, SILENT_AGENT_MS + 2_500, 4_200)).toBe(
+      'its cancel: agent enc-1 has not been heard from for 12 s; the task is canceled when its lease runs out (in 5 s), or as soon as the agent reports back',
+    );
+    expect(cancelReason('enc-1', false, 1_000, -300)).toBe(
+      'its cancel: agent enc-1 is offline; the task is canceled when its lease runs out (in 0 s), or as soon as the agent reports back',
+    );
   });
 });

@@ -47,15 +47,27 @@ export function waitingReason(
 }
 
 /**
- * Why a running task whose cancel was asked for still runs: its agent has not confirmed the stop yet.
- * An offline agent cannot be told, so the cancel completes when the task's lease runs out (the agent may
- * be cut off and still running the step: nothing else may write its output before then).
+ * An agent not heard from for this long is not taken to be stopping a run any more (heartbeats come every
+ * few seconds; the broker shows a frozen or silently cut agent online for up to 1.5 keepalives, 45 s).
  */
-export function cancelReason(agentName: string | null, agentOnline: boolean, leaseLeftMs: number): string {
+export const SILENT_AGENT_MS = 10_000;
+
+/**
+ * Why a running task whose cancel was asked for still runs: its agent has not confirmed the stop yet.
+ * An agent that is offline, or silent, cannot be told, so the cancel completes when the task's lease runs
+ * out (the agent may be cut off and still running the step: nothing else may write its output before then).
+ */
+export function cancelReason(
+  agentName: string | null,
+  agentOnline: boolean,
+  silentMs: number,
+  leaseLeftMs: number,
+): string {
   const who = `agent ${agentName ?? '(unknown)'}`;
-  if (agentOnline) return `its cancel: ${who} is stopping the run`;
+  if (agentOnline && silentMs < SILENT_AGENT_MS) return `its cancel: ${who} is stopping the run`;
+  const state = agentOnline ? `has not been heard from for ${Math.floor(silentMs / 1000)} s` : 'is offline';
   const left = Math.max(0, Math.ceil(leaseLeftMs / 1000));
-  return `its cancel: ${who} is offline; the task is canceled when its lease runs out (in ${left} s), or as soon as the agent reports back`;
+  return `its cancel: ${who} ${state}; the task is canceled when its lease runs out (in ${left} s), or as soon as the agent reports back`;
 }
 
 /** Running tasks among `ids` whose cancel is pending → the reason they still run. */
@@ -66,13 +78,17 @@ async function pendingCancels(ctx: ServiceContext, ids: string[]): Promise<Map<s
       leaseExpiresAt: tasks.leaseExpiresAt,
       agentName: agents.name,
       agentOnline: agents.online,
+      agentLastSeen: agents.lastSeen,
     })
     .from(tasks)
     .leftJoin(agents, eq(agents.id, tasks.agentId))
     .where(and(anyOf(tasks.id, ids, 'uuid'), eq(tasks.cancelRequested, true)));
   const now = ctx.now();
   return new Map(
-    rows.map((r) => [r.id, cancelReason(r.agentName, r.agentOnline === true, r.leaseExpiresAt - now)]),
+    rows.map((r) => [
+      r.id,
+      cancelReason(r.agentName, r.agentOnline === true, now - (r.agentLastSeen ?? 0), r.leaseExpiresAt - now),
+    ]),
   );
 }
 
