@@ -110,6 +110,14 @@ const STRANDED = 'the process of this agent that ran it ended without finishing 
 /** Why a run goes back to the queue on a forced stop. */
 const FORCED_STOP = 'the agent was told to stop now (a second SIGTERM or a forced stop)';
 
+/**
+ * A stopping agent (a first SIGTERM: running tasks finish) whose run waits at its step gate this long for
+ * a control plane it cannot reach hands the task back instead: the drain would otherwise never end.
+ */
+const DRAIN_GATE_WAIT_MS = 30_000;
+const DRAIN_GATE_GAVE_UP =
+  'the agent is stopping and the control plane could not confirm the attempt before the next step';
+
 /** Sends one report of a run (its task, attempt, lease and next seq added); resolves once it is stored. */
 type ReportSend = (body: ReportBody) => Promise<PutResult>;
 
@@ -134,6 +142,8 @@ type Run = {
    */
   confirmedAt: number;
   gateAfterMs: number;
+  /** While the run waits at its step gate: hands it back if the agent is (or starts) stopping meanwhile. */
+  gateDrainTimer?: () => void;
 };
 
 export type FleetAgentOptions = {
@@ -211,6 +221,7 @@ export class FleetAgent {
   readonly #lastSeq = new Map<string, number>();
   /** A report's key (reportKey) → what its ack wakes: runs waiting at their step gate (#askStillOurs). */
   readonly #ackWaiters = new Map<string, () => void>();
+  #drainGateWaitMs = DRAIN_GATE_WAIT_MS;
   /** Claim requests not yet answered → when they left (performance.now()), to spot answers that come too late. */
   readonly #claimSentAt = new Map<string, number>();
   /**
@@ -340,9 +351,14 @@ export class FleetAgent {
     this.#pollTimer.unref();
   }
 
-  /** First SIGTERM: stop claiming, let running tasks finish, then leave. */
-  async drain(): Promise<void> {
+  /**
+   * First SIGTERM: stop claiming, let running tasks finish, then leave. `gateWaitMs`: how long a run
+   * waiting at its step gate may hold the drain (DRAIN_GATE_WAIT_MS).
+   */
+  async drain(opts: { gateWaitMs?: number } = {}): Promise<void> {
+    this.#drainGateWaitMs = opts.gateWaitMs ?? DRAIN_GATE_WAIT_MS;
     this.#startDraining();
+    for (const r of this.#runs.values()) r.gateDrainTimer?.();
     if (this.#refusedCode !== undefined) this.#stopRefusedRuns(this.#refusedCode);
     this.#applyWatch([]);
     // A claim the control plane granted just before the signal: its tasks are ours (RUNNING on the
@@ -422,12 +438,20 @@ export class FleetAgent {
         : 'no word from the control plane on this attempt for half its lease: the step waits until the control plane confirms the attempt',
     );
     const waitStarted = performance.now();
+    // A drain waits for its runs: one waiting here for a control plane out of reach would hold it forever.
+    let drainTimer: NodeJS.Timeout | undefined;
+    run.gateDrainTimer = () => {
+      drainTimer ??= setTimeout(() => this.#handBackRun(run, DRAIN_GATE_GAVE_UP), this.#drainGateWaitMs);
+    };
+    if (this.#draining) run.gateDrainTimer();
     // Asked again when the answer took so long that the lease may have run out since the question left
     // (frozen before its answer was read, or cut off and the question sent after the reconnect).
     while (performance.now() - run.confirmedAt >= run.gateAfterMs && !signal.aborted) {
       const askedAt = performance.now();
       if (await this.#askStillOurs(run, send)) run.confirmedAt = Math.max(run.confirmedAt, askedAt);
     }
+    run.gateDrainTimer = undefined;
+    clearTimeout(drainTimer);
     const waitedMs = Math.round(performance.now() - waitStarted);
     const done = { ...fields, waitedMs };
     if (!signal.aborted)

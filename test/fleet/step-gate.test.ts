@@ -224,4 +224,53 @@ describe('the step gate of an agent cut off for a while, its lease still held', 
       await relay.close();
     }
   }, 120_000);
+
+  it('hands the task back when the agent is stopping and the control plane stays out of reach', async () => {
+    const transcoder = journaledTranscoder(c);
+    const relay = await holdRelay(c.mqttUrl);
+    try {
+      const agent = await c.startLocalAgent({
+        name: 'cut-off-drain',
+        env: { MQTT_URL: relay.url, FFLEET_TRANSCODER: transcoder.path },
+      });
+      const target = join(c.dir, 'out', 'cut-off-drain.mp4');
+      const go = join(c.dir, 'drain-pre-may-end');
+      const pre = writeScript(c.dir, 'scripts/drain-pre.sh', `while [ ! -f ${go} ]; do sleep 0.05; done`);
+      const task = await c.api.createTask({
+        command: ENCODE,
+        inputFile: clip,
+        outputFile: target,
+        preProcessing: { scriptPath: pre },
+        requires: [`agent:${agent.name}`],
+      });
+      await c.api.waitForTask(task.id, (t) => t.status === 'PRE_PROCESSING', 30_000);
+      relay.drop();
+      relay.holdUp();
+      relay.holdDown();
+      await sleep(LEASE_TTL_MS / 2 + 500);
+      writeFileSync(go, '');
+      await waitFor(() => processesMatching(pre).length === 0, 5_000, 'the script to end');
+      // The run waits at its gate; a first SIGTERM lets running tasks finish, and this one cannot: before,
+      // the drain waited for the control plane as long as it was out of reach.
+      const drainedAt = Date.now();
+      await agent.drain({ gateWaitMs: 1_000 });
+      expect(Date.now() - drainedAt).toBeLessThan(5_000);
+      expect(transcoder.startsOn(target)).toEqual([]);
+      relay.releaseUp();
+      relay.release();
+      // The hand-back reaches the control plane once the agent is back in touch.
+      await waitFor(
+        async () =>
+          (await c.api.taskLogs(task.id)).includes(
+            'handed back: the agent is stopping and the control plane could not confirm the attempt before the next step',
+          ),
+        20_000,
+        'the hand-back in the task logs',
+      );
+      expect((await c.api.getTask(task.id)).status).toBe('QUEUED');
+      await c.api.patch(`/api/v1/tasks/${task.id}/cancel`);
+    } finally {
+      await relay.close();
+    }
+  }, 120_000);
 });
