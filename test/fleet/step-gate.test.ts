@@ -169,35 +169,42 @@ describe('the step gate of an agent cut off for a while, its lease still held', 
 
   clusterHooks(() => c, { stopAgents: true });
 
-  it('waits while the control plane cannot be reached, then starts the step once it confirms the attempt', async () => {
+  /**
+   * Agent `name` (in this process, behind a relay) runs a task whose pre-processing script ends when told;
+   * its connection breaks and its reconnect is held (for less than the 10 s the agent waits for an answer
+   * to its CONNECT), and the script ends past the gate's threshold (5 s) into the cut-off.
+   */
+  async function cutOffWhilePreProcessing(name: string) {
     const transcoder = journaledTranscoder(c);
     const relay = await holdRelay(c.mqttUrl);
+    const agent = await c.startLocalAgent({
+      name,
+      env: { MQTT_URL: relay.url, FFLEET_TRANSCODER: transcoder.path },
+    });
+    const target = join(c.dir, 'out', `${name}.mp4`);
+    const go = join(c.dir, `${name}-pre-may-end`);
+    const pre = writeScript(c.dir, `scripts/${name}-pre.sh`, `while [ ! -f ${go} ]; do sleep 0.05; done`);
+    const task = await c.api.createTask({
+      command: ENCODE,
+      inputFile: clip,
+      outputFile: target,
+      preProcessing: { scriptPath: pre },
+      requires: [`agent:${agent.name}`],
+    });
+    await c.api.waitForTask(task.id, (t) => t.status === 'PRE_PROCESSING', 30_000);
+    relay.drop();
+    relay.holdUp();
+    relay.holdDown();
+    const cutOffAt = Date.now();
+    await sleep(LEASE_TTL_MS / 2 + 500);
+    writeFileSync(go, '');
+    await waitFor(() => processesMatching(pre).length === 0, 5_000, 'the script to end');
+    return { agent, task, target, transcoder, relay, cutOffAt };
+  }
+
+  it('waits while the control plane cannot be reached, then starts the step once it confirms the attempt', async () => {
+    const { agent, task, target, transcoder, relay, cutOffAt } = await cutOffWhilePreProcessing('cut-off');
     try {
-      const agent = await c.startLocalAgent({
-        name: 'cut-off',
-        env: { MQTT_URL: relay.url, FFLEET_TRANSCODER: transcoder.path },
-      });
-      const target = join(c.dir, 'out', 'cut-off.mp4');
-      // The script ends when the test says so: past the gate's threshold (5 s) into the cut-off.
-      const go = join(c.dir, 'pre-may-end');
-      const pre = writeScript(c.dir, 'scripts/pre.sh', `while [ ! -f ${go} ]; do sleep 0.05; done`);
-      const task = await c.api.createTask({
-        command: ENCODE,
-        inputFile: clip,
-        outputFile: target,
-        preProcessing: { scriptPath: pre },
-        requires: [`agent:${agent.name}`],
-      });
-      await c.api.waitForTask(task.id, (t) => t.status === 'PRE_PROCESSING', 30_000);
-      // The connection breaks, and the agent's reconnect does not get through: its CONNECT is held (for
-      // less than the 10 s the agent waits for an answer to it).
-      relay.drop();
-      relay.holdUp();
-      relay.holdDown();
-      const cutOffAt = Date.now();
-      await sleep(LEASE_TTL_MS / 2 + 500);
-      writeFileSync(go, '');
-      await waitFor(() => processesMatching(pre).length === 0, 5_000, 'the script to end');
       // Time enough for a transcoder to start, as it would without the gate: none may, while cut off.
       await sleep(1_000);
       expect(Date.now() - cutOffAt).toBeLessThan(LEASE_TTL_MS - 2_000);
@@ -226,30 +233,8 @@ describe('the step gate of an agent cut off for a while, its lease still held', 
   }, 120_000);
 
   it('hands the task back when the agent is stopping and the control plane stays out of reach', async () => {
-    const transcoder = journaledTranscoder(c);
-    const relay = await holdRelay(c.mqttUrl);
+    const { agent, task, target, transcoder, relay } = await cutOffWhilePreProcessing('cut-off-drain');
     try {
-      const agent = await c.startLocalAgent({
-        name: 'cut-off-drain',
-        env: { MQTT_URL: relay.url, FFLEET_TRANSCODER: transcoder.path },
-      });
-      const target = join(c.dir, 'out', 'cut-off-drain.mp4');
-      const go = join(c.dir, 'drain-pre-may-end');
-      const pre = writeScript(c.dir, 'scripts/drain-pre.sh', `while [ ! -f ${go} ]; do sleep 0.05; done`);
-      const task = await c.api.createTask({
-        command: ENCODE,
-        inputFile: clip,
-        outputFile: target,
-        preProcessing: { scriptPath: pre },
-        requires: [`agent:${agent.name}`],
-      });
-      await c.api.waitForTask(task.id, (t) => t.status === 'PRE_PROCESSING', 30_000);
-      relay.drop();
-      relay.holdUp();
-      relay.holdDown();
-      await sleep(LEASE_TTL_MS / 2 + 500);
-      writeFileSync(go, '');
-      await waitFor(() => processesMatching(pre).length === 0, 5_000, 'the script to end');
       // The run waits at its gate; a first SIGTERM lets running tasks finish, and this one cannot: before,
       // the drain waited for the control plane as long as it was out of reach.
       const drainedAt = Date.now();
