@@ -1,4 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
+import { statfsSync } from 'node:fs';
 import { chmod, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { makeDirectory, SHORT_TOKEN_WARNING, takeLockFile } from '@ffleet/shared';
@@ -131,7 +132,12 @@ export async function startControlPlane(
     );
   }
   try {
-    if (!config.databaseUrl) stops.push(await claimEmbeddedDatabase(config.dataDir));
+    if (!config.databaseUrl)
+      stops.push(
+        await claimEmbeddedDatabase(config.dataDir).catch((err: unknown) => {
+          throw embeddedDatabaseStartError(err, config.dataDir);
+        }),
+      );
     // With a local agent on a PostgreSQL server, the data dir holds that agent's outbox, which it locks
     // only once it starts, after this whole start (which marks every agent offline in the shared
     // database: a second process on the data dir left the running one's agent offline, its watchfolders
@@ -151,7 +157,11 @@ export async function startControlPlane(
             throw databaseStartError(err);
           },
         )
-      : await openDatabase({ kind: 'pglite', dataDir: join(config.dataDir, 'pglite') });
+      : await openDatabase({ kind: 'pglite', dataDir: join(config.dataDir, 'pglite') }).catch(
+          (err: unknown) => {
+            throw embeddedDatabaseStartError(err, config.dataDir);
+          },
+        );
     if (!config.databaseUrl) await keepPrivate(join(config.dataDir, 'pglite'));
     stops.push(() => database.close());
     // One control plane per database (control-plane-lock.ts), before this one marks any agent offline.
@@ -318,6 +328,30 @@ export async function startControlPlane(
  * such database, password authentication failed, an unknown host) only in its `cause`. The URL is not
  * repeated: it may hold a password.
  */
+/**
+ * The embedded database's start (its lock file, PGlite) failed: on a full disk PGlite says only
+ * "Aborted()", a write ENOSPC without a file, so a nearly full file system under the data dir is named as
+ * the likely cause. Another process's lock and a newer database keep their own errors (exit code 2).
+ */
+export function embeddedDatabaseStartError(err: unknown, dataDir: string): Error {
+  const code = (err as { code?: unknown } | null)?.code;
+  if (!(err instanceof Error) || code === 'ENEWERDB' || code === 'ELOCKED') return err as Error;
+  let free: number | undefined;
+  try {
+    const fs = statfsSync(dataDir);
+    free = fs.bavail * fs.bsize;
+  } catch {
+    // Unknown: the error stands alone.
+  }
+  if (free === undefined || free >= LOW_DISK_BYTES) return err;
+  return new Error(
+    `cannot start the embedded database in ${dataDir}: its file system has ${free} bytes free (${err.message}); free some space and start again`,
+    { cause: err },
+  );
+}
+/** Less than this free beside the embedded database: a failed start is most likely for want of space. */
+const LOW_DISK_BYTES = 1024 * 1024;
+
 export function databaseStartError(err: unknown): Error {
   if (!(err instanceof Error) || (err as { code?: unknown }).code === 'ENEWERDB') return err as Error;
   let reason: unknown = err;

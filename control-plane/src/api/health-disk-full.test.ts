@@ -86,4 +86,27 @@ describe('GET /health with the embedded database out of disk', () => {
     },
     120_000,
   );
+
+  it.runIf(canMountTmpfs)(
+    'says why a restart on the full disk fails: the free space it found',
+    async () => {
+      let disk: SmallTmpfs | undefined;
+      try {
+        disk = mountSmallTmpfs('64m');
+        const dataDir = join(disk.dir, 'data');
+        await (await startLocalControlPlane(dataDir)).stop();
+        disk.fill();
+        // PGlite's own words were "Aborted()" or an ENOSPC without a file.
+        await expect(startLocalControlPlane(dataDir)).rejects.toThrow(
+          /^cannot start the embedded database in .*: its file system has \d+ bytes free \(.*\); free some space and start again$/,
+        );
+        disk.free();
+        await (await startLocalControlPlane(dataDir)).stop();
+      } finally {
+        disk?.free();
+        disk?.remove();
+      }
+    },
+    120_000,
+  );
 });
