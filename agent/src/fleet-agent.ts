@@ -136,12 +136,14 @@ type Run = {
   /** Aborted then: the transcoder's grace is cut short, so it writes no trailer into other work's file. */
   killNow: AbortController;
   /**
-   * When (performance.now()) the control plane last confirmed the attempt as this agent's: the claim's
-   * answer, an ack of one of the run's reports, an answer at the step gate. `gateAfterMs` or more since
-   * then makes the next step wait for the control plane (#beforeStep).
+   * Since when (performance.now()) the control plane has confirmed the attempt as this agent's: the
+   * claim's answer, the sending of a report it acked, a question at the step gate it answered.
+   * `gateAfterMs` or more since then makes the next step wait for the control plane (#beforeStep).
    */
   confirmedAt: number;
   gateAfterMs: number;
+  /** Seq → when (performance.now()) each of the run's reports not acknowledged yet was sent. */
+  sentAt: Map<number, number>;
   /** While the run waits at its step gate: hands it back if the agent is (or starts) stopping meanwhile. */
   gateDrainTimer?: () => void;
 };
@@ -423,17 +425,12 @@ export class FleetAgent {
     const signal = run.abort.signal;
     if (signal.aborted) return;
     const fields = { taskId: task.id, attempt, step };
-    // A spell this agent saw is worth a line; a long script's quiet alone is the usual case (debug).
-    const awayMs = this.#contact?.awaySince(run.confirmedAt, run.gateAfterMs) ?? 0;
-    const level = awayMs > 0 ? 'info' : 'debug';
-    this.#log[level](
-      {
-        ...fields,
-        quietMs: Math.round(quietMs),
-        ...(awayMs > 0 ? { awayMs: Math.round(awayMs) } : {}),
-        leaseTtlMs: run.claimed.leaseTtlMs,
-      },
-      awayMs > 0
+    // A spell out of touch this agent saw (in the quiet) is worth a line; a long script's quiet alone is
+    // the usual case (debug).
+    const away = this.#contact?.recentlyAway(quietMs) ?? false;
+    this.#log[away ? 'info' : 'debug'](
+      { ...fields, quietMs: Math.round(quietMs), leaseTtlMs: run.claimed.leaseTtlMs },
+      away
         ? 'this agent was out of touch long enough for the lease to have run out: the step waits until the control plane confirms the attempt'
         : 'no word from the control plane on this attempt for half its lease: the step waits until the control plane confirms the attempt',
     );
@@ -455,7 +452,7 @@ export class FleetAgent {
     const waitedMs = Math.round(performance.now() - waitStarted);
     const done = { ...fields, waitedMs };
     if (!signal.aborted)
-      this.#log[awayMs > 0 || waitedMs >= 1_000 ? 'info' : 'debug'](
+      this.#log[away || waitedMs >= 1_000 ? 'info' : 'debug'](
         done,
         'the control plane confirmed the attempt: the step starts',
       );
@@ -909,10 +906,19 @@ export class FleetAgent {
       }
       case 'ack': {
         if (this.#ackWaiters.size > 0) this.#ackWaiters.get(reportKey(m))?.();
-        // The report found its attempt current (a control plane sends a stale one's cancel first): the
-        // step gate counts the lease's time from here.
+        // The report found its attempt current (a control plane sends a stale one's cancel first) when it
+        // was applied, after it was sent: the step gate counts the lease's time from its sending. Not from
+        // the ack's arrival: an ack that waited in the socket while this agent was frozen says nothing of
+        // the time since.
         const acked = this.#runs.get(m.taskId);
-        if (acked?.claimed.attempt === m.attempt) acked.confirmedAt = performance.now();
+        if (acked?.claimed.attempt === m.attempt) {
+          const sentAt = acked.sentAt.get(m.seq);
+          if (sentAt !== undefined) acked.confirmedAt = Math.max(acked.confirmedAt, sentAt);
+          for (const seq of acked.sentAt.keys()) {
+            if (seq > m.seq) break;
+            acked.sentAt.delete(seq);
+          }
+        }
         const key = `${m.taskId}:${m.attempt}`;
         const last = this.#lastSeq.get(key);
         if (last !== undefined && m.seq >= last) {
@@ -971,10 +977,13 @@ export class FleetAgent {
       handingBack: false,
       done: Promise.resolve(),
       confirmedAt: performance.now(),
+      sentAt: new Map(),
       gateAfterMs: stepGateAfterMs(claimed.leaseTtlMs, this.#cfg.heartbeatMs),
     };
     const send = (body: ReportBody) => {
-      const put = session.publishReport({ taskId: task.id, attempt, leaseToken, seq: run.seq++, ...body });
+      const seq = run.seq++;
+      run.sentAt.set(seq, performance.now());
+      const put = session.publishReport({ taskId: task.id, attempt, leaseToken, seq, ...body });
       this.#puts.add(put);
       void put.finally(() => this.#puts.delete(put));
       return put;
