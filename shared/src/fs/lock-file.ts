@@ -12,6 +12,7 @@
  */
 import { closeSync, openSync, readFileSync, statSync, unlinkSync, writeSync } from 'node:fs';
 import { hostname } from 'node:os';
+import { READ_ONLY_FS } from './make-directory.ts';
 import { processStartTime, procStatFields } from './proc-stat.ts';
 
 type Holder = { pid: number; start: string | null; boot: string | null; host: string; command: string };
@@ -99,9 +100,8 @@ export function takeLockFile(path: string, what: string, hint: string): () => vo
       const code = (err as NodeJS.ErrnoException).code;
       if (code === 'EROFS')
         throw new LockedError(
-          `${what} cannot be used: the file system holding ${path} is read-only (mounted read-only, or ` +
-            'switched to read-only by the kernel after disk errors: see dmesg); make it writable, or choose ' +
-            'another data dir (FFLEET_DATA_DIR)',
+          `${what} cannot be used: the file system holding ${path} is ${READ_ONLY_FS}; make it writable, ` +
+            'or choose another data dir (FFLEET_DATA_DIR)',
         );
       if (code === 'EACCES' || code === 'EPERM')
         throw new LockedError(

@@ -1,7 +1,9 @@
+import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { canMountTmpfs, mountSmallTmpfs } from '../../../test/helpers/small-tmpfs.ts';
 import { makeDirectory } from './make-directory.ts';
 
 describe('makeDirectory', () => {
@@ -44,4 +46,19 @@ describe('makeDirectory', () => {
     },
     5_000,
   );
+
+  it.runIf(canMountTmpfs)('says what EROFS means for a read-only file system', async () => {
+    const disk = mountSmallTmpfs('64k', join(dir, 'ro'));
+    try {
+      expect(spawnSync('mount', ['-o', 'remount,ro', disk.dir]).status).toBe(0);
+      await expect(makeDirectory(join(disk.dir, 'agents', 'box-1'))).rejects.toMatchObject({
+        code: 'EROFS',
+        message: expect.stringContaining(
+          'the file system holding it is read-only (mounted read-only, or switched',
+        ),
+      });
+    } finally {
+      disk.remove();
+    }
+  });
 });

@@ -17,6 +17,21 @@ function notDirectory(path: string): NodeJS.ErrnoException {
   return err;
 }
 
+/** What EROFS means for the operator (lock files and directories say the same). */
+export const READ_ONLY_FS =
+  'read-only (mounted read-only, or switched to read-only by the kernel after disk errors: see dmesg)';
+
+/** EROFS, saying what it means for the operator. */
+function readOnly(path: string, cause: NodeJS.ErrnoException): NodeJS.ErrnoException {
+  const err: NodeJS.ErrnoException = new Error(
+    `EROFS: read-only file system, mkdir '${path}': the file system holding it is ${READ_ONLY_FS}`,
+    { cause },
+  );
+  err.code = 'EROFS';
+  err.path = path;
+  return err;
+}
+
 /** Create `dir` and its missing parents; an existing directory is fine, an existing file is ENOTDIR. */
 export async function makeDirectory(dir: string): Promise<void> {
   const missing: string[] = [];
@@ -39,6 +54,7 @@ export async function makeDirectory(dir: string): Promise<void> {
       await mkdir(d);
     } catch (err) {
       // Made meanwhile by someone else: fine if it is a directory (the next level or the end checks).
+      if (code(err) === 'EROFS') throw readOnly(d, err as NodeJS.ErrnoException);
       if (code(err) !== 'EEXIST') throw err;
     }
   }
