@@ -552,13 +552,17 @@ describe('Outbox', () => {
 
   describe.runIf(canMountTmpfs)('on a disk that fills up (a real tmpfs)', () => {
     let disk: SmallTmpfs;
+    /** The test's own temp dir (the outer hooks make and remove it): the tmpfs is mounted in it. */
+    let base: string;
     beforeEach(() => {
-      disk = mountSmallTmpfs('256k');
+      base = dir;
+      disk = mountSmallTmpfs('256k', join(base, 'disk'));
       dir = join(disk.dir, 'outbox');
     });
     afterEach(async () => {
       await Promise.all(open.splice(0).map((o) => o.stop()));
       disk.remove();
+      dir = base;
     });
     // Over a page each: a put never fits in what is left of the journal's last page.
     const payload = (i: number) => JSON.stringify({ seq: i, pad: 'x'.repeat(5_000) });
