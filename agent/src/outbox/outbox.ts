@@ -42,7 +42,7 @@ import type { Logger } from 'pino';
  * It stays live in memory and is listed and replayed like a stored entry until its ack. Every
  * `UNSAVED_RETRY_MS` while any is left, and once more at stop, the unsaved entries are appended to the
  * journal as one group (with their own order numbers: a load sorts entries by them, so they replay in put
- * order); a compaction also writes them. Only a process that ends meanwhile loses them, and says so.
+ * order). Only a process that ends meanwhile loses them, and says so.
  * Unsaved entries hold at most `MAX_UNSAVED_BYTES`; beyond that the oldest go, logged.
  *
  * Compaction. At start, whenever the file holds anything but a header and live puts (acks, replaced
@@ -96,7 +96,7 @@ export interface OutboxOptions {
   ackFlushMs?: number;
   /** Told of each journal write, fdatasync and compaction (tests count syncs with it). */
   onEvent?: (event: OutboxEvent) => void;
-  /** How often a compaction is tried while entries are unsaved (default `UNSAVED_RETRY_MS`). */
+  /** How often unsaved entries are tried again (default `UNSAVED_RETRY_MS`). */
   unsavedRetryMs?: number;
   /** Memory for unsaved entries (default `MAX_UNSAVED_BYTES`). */
   maxUnsavedBytes?: number;
@@ -117,7 +117,7 @@ const APPEND_FLAGS = constants.O_WRONLY | constants.O_CREAT | constants.O_APPEND
 const STORED: Promise<PutResult> = Promise.resolve({ ok: true });
 /** A failing disk fails every write: the first failure of a streak is logged, then one in this many. */
 const FAILED_WRITES_LOGGED_EVERY = 100;
-/** Unsaved entries are written by a compaction tried this often while any is left. */
+/** Unsaved entries are appended to the journal again this often while any is left. */
 const UNSAVED_RETRY_MS = 5_000;
 /** Memory for unsaved entries (a report is kilobytes, at most 16 MiB): the oldest beyond this go. */
 const MAX_UNSAVED_BYTES = 64 * 1024 * 1024;
@@ -181,7 +181,7 @@ export class Outbox {
   /** Entries whose write failed, live in memory only, and their bytes (see the module comment). */
   private unsavedCount = 0;
   private unsavedBytes = 0;
-  /** No compaction for unsaved entries before this time (Date.now()). */
+  /** Unsaved entries are not tried again before this time (Date.now()). */
   private unsavedRetryAt = 0;
   private unsavedTimer: NodeJS.Timeout | null = null;
   /** Journal writes failed in a row (see FAILED_WRITES_LOGGED_EVERY). */
@@ -410,7 +410,7 @@ export class Outbox {
       );
   }
 
-  /** While entries are unsaved, run the pump again later, for its compaction (see compactDue). */
+  /** While entries are unsaved, run the pump again later, to try them again (saveUnsaved). */
   private retryUnsavedLater(): void {
     if (this.unsavedTimer || this.unsavedCount === 0 || this.stopped) return;
     this.unsavedTimer = setTimeout(() => {
@@ -588,8 +588,9 @@ export class Outbox {
     const live: Slot[] = [];
     for (const s of this.entries.values()) {
       let at: Slot | undefined = s;
-      // An entry being replaced stays on disk until its replacement is; an unsaved one is written now.
-      while (at && !at.persisted && !at.unsaved) at = at.prev;
+      // An entry being replaced stays on disk until its replacement is; an unsaved one is left to
+      // saveUnsaved (its older version, if one is on disk, is kept).
+      while (at && !at.persisted) at = at.prev;
       if (at) live.push(at);
     }
     live.sort((a, b) => a.order - b.order);
@@ -623,16 +624,6 @@ export class Outbox {
     this.needNewline = false;
     this.unsynced = false;
     this.compactRetryAt = 0;
-    let saved = 0;
-    for (const s of live) {
-      if (!s.unsaved) continue;
-      this.setUnsaved(s, false);
-      s.persisted = true;
-      s.prev = undefined;
-      saved++;
-    }
-    if (saved > 0)
-      this.logger.info({ entries: saved }, 'outbox entries the disk had refused are written now');
     try {
       await fsyncDir(this.dir);
     } catch (err) {
