@@ -23,6 +23,7 @@ describe('GET /health with the embedded database out of disk', () => {
           const res = await fetch(`${base}/health`);
           return { status: res.status, body: (await res.json()) as Record<string, unknown> };
         };
+        const metrics = async () => (await fetch(`${base}/metrics`)).text();
         const postTask = () =>
           fetch(`${base}/api/v1/tasks`, {
             method: 'POST',
@@ -61,6 +62,8 @@ describe('GET /health with the embedded database out of disk', () => {
           },
         };
         expect(await health()).toEqual(failing);
+        // Monitoring says the same as /health: the database does not serve the control plane.
+        expect(await metrics()).toMatch(/^ffleet_database_up 0$/m);
         // Reads are still served (and so is the ping /health relied on alone), and a write that fits in
         // a page with room succeeds, while new tasks are refused: none of these says the disk has room.
         expect((await fetch(`${base}/api/v1/tasks`)).status).toBe(200);
@@ -77,6 +80,7 @@ describe('GET /health with the embedded database out of disk', () => {
           status: 200,
           body: { status: 'ok', db: 'ok', broker: 'ok', agents: { online: 0 } },
         });
+        expect(await metrics()).toMatch(/^ffleet_database_up 1$/m);
       } finally {
         // Space back before the stop, whose shutdown checkpoint writes.
         disk?.free();

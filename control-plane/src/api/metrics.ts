@@ -197,13 +197,14 @@ export function createMetrics(database: Database, bus: EventBus) {
   });
   // The gauges read from the database keep their last values while it is unreachable (a failing
   // collect() failed the whole scrape: Prometheus saw the control plane down with its database), and
-  // ffleet_database_up says so.
+  // ffleet_database_up says so. It says what GET /health says: an embedded database out of disk still
+  // answers the ping, but refuses the writes the control plane needs, so it is down too.
   new Gauge({
     name: 'ffleet_database_up',
-    help: 'Whether the database answers (1) or not (0); while it does not, ffleet_tasks and ffleet_agents_online keep their last values (0 if none was read since start)',
+    help: 'Whether the database serves the control plane (1) or not (0): 0 while it does not answer, and while the embedded database refuses writes (its disk full; GET /health says db "failing"); while it does not answer, ffleet_tasks and ffleet_agents_online keep their last values (0 if none was read since start)',
     registers: [registry],
     async collect() {
-      this.set((await database.ping()) ? 1 : 0);
+      this.set((await database.ping()) && !database.writeFailure() ? 1 : 0);
     },
   });
   new Gauge({
