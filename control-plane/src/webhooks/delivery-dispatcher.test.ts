@@ -1,4 +1,5 @@
 import { createHmac, randomUUID } from 'node:crypto';
+import dns from 'node:dns';
 import { createServer } from 'node:net';
 import { type SQL, StringChunk, sql } from 'drizzle-orm';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -280,6 +281,59 @@ describe.each(dbKinds)('DeliveryDispatcher on %s', (kind) => {
     // still full more often and claims nothing: 62 claims, in a CI run beside another test load).
     expect(refills).toBeLessThan(count / 10);
     expect(claims).toBeLessThan(count / 5);
+  });
+
+  it('a burst of deliveries to a host name that does not resolve fails at once and retries each on time', {
+    timeout: 30_000,
+  }, async () => {
+    // Every attempt looked its host up on its own (getaddrinfo, on libuv's 4 threads). Hundreds at once
+    // queued there and behind the resolver's retransmits (64 lookups of one failing name: p50 5 s, one
+    // alone 12 ms), held their slots until the 10 s timeout, and the retries of the first failures waited
+    // behind them: 100 deliveries' retries started 2 s (p50) to 7 s (p95) after they were due.
+    const host = `burst-${randomUUID().slice(0, 8)}.invalid`;
+    let lookups = 0;
+    const real = dns.lookup;
+    // Counts the real lookups of this host (net calls dns.lookup at connect time); each still happens.
+    dns.lookup = ((name: string, ...rest: unknown[]) => {
+      if (name === host) lookups++;
+      return (real as (...a: unknown[]) => void)(name, ...rest);
+    }) as unknown as typeof dns.lookup;
+    cleanups.push(async () => {
+      dns.lookup = real;
+    });
+    db = await openTestDatabase(kind);
+    cleanups.push(() => db.drop());
+    const dispatcher = newDispatcher(db);
+    cleanups.push(() => dispatcher.stop(0));
+    await addWebhook(db, { event: 'task.deleted', url: `http://${host}/hook` });
+    // PGlite runs on this thread and is slow under load; its burst is smaller.
+    const count = kind === 'pglite' ? 100 : 200;
+    for (let i = 0; i < count; i++) await emit(db, { event: 'task.deleted', data: { taskId: `t${i}` } });
+    dispatcher.start();
+    const retried = async () => (await listExecutions(db)).filter((e) => e.attempt === 2).length >= count;
+    // Due after 3 s; a late burst shows in the numbers below rather than as a timeout here.
+    await waitUntil(retried, 12_000, 100).catch(() => {});
+    await dispatcher.stop(0);
+
+    const execs = await listExecutions(db);
+    const first = new Map(execs.filter((e) => e.attempt === 1).map((e) => [e.deliveryId, e]));
+    const second = execs.filter((e) => e.attempt === 2);
+    expect(first.size).toBe(count);
+    expect(second).toHaveLength(count);
+    // Failed at the lookup, not at the timeout.
+    const slow = [...first.values()].filter(
+      (e) => !/ENOTFOUND|EAI_AGAIN/.test(e.error) || e.durationMs > 1_000,
+    );
+    expect(slow.map((e) => [e.error, e.durationMs])).toEqual([]);
+    // Each retry within 0.5 s of its due time (its first attempt's end + 3 s), never before it.
+    const late = second.flatMap((e) => {
+      const one = first.get(e.deliveryId)!;
+      const due = one.createdAt + one.durationMs + 3_000;
+      return e.createdAt < one.createdAt + 3_000 || e.createdAt - due > 500 ? [e.createdAt - due] : [];
+    });
+    expect(late).toEqual([]);
+    // One lookup serves every attempt to the host that starts while it runs or shortly after.
+    expect(lookups).toBeLessThanOrEqual(10);
   });
 
   it('stop() gives back an attempt cut short so the next dispatcher sends it at once', async () => {

@@ -1,8 +1,15 @@
+import { randomUUID } from 'node:crypto';
+import dns from 'node:dns';
 import { createServer as createHttpServer } from 'node:http';
 import { createServer } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { type Respond, TestReceiver } from '../../../test/webhooks/receiver.ts';
-import { MAX_RESPONSE_BODY_BYTES, type SendWebhookOptions, sendWebhook } from './send-webhook.ts';
+import {
+  LOOKUP_REUSE_MS,
+  MAX_RESPONSE_BODY_BYTES,
+  type SendWebhookOptions,
+  sendWebhook,
+} from './send-webhook.ts';
 
 const receivers: TestReceiver[] = [];
 afterEach(async () => {
@@ -219,9 +226,51 @@ describe('sendWebhook built-in client', () => {
   });
 
   it('words transport errors exactly as fetch does', async () => {
-    const url = `http://127.0.0.1:${await closedPort()}/hook`;
-    const viaNode = await sendWebhook({ ...base, url });
-    const viaFetch = await sendWebhook({ ...base, url, fetch: (i, init) => fetch(i, init) });
-    expect(viaNode.ok || viaNode.error).toBe(viaFetch.ok || viaFetch.error);
+    for (const url of [`http://127.0.0.1:${await closedPort()}/hook`, 'http://nonexistent.invalid/hook']) {
+      const viaNode = await sendWebhook({ ...base, url });
+      const viaFetch = await sendWebhook({ ...base, url, fetch: (i, init) => fetch(i, init) });
+      expect(viaNode.ok || viaNode.error).toBe(viaFetch.ok || viaFetch.error);
+    }
+  });
+
+  it('looks a host name up once for a burst of attempts, each with its own answer, and again later', async () => {
+    const server = noContentReceiver();
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const port = (server.address() as { port: number }).port;
+    const missing = `burst-${randomUUID().slice(0, 8)}.invalid`;
+    const calls = new Map<string, number>();
+    const real = dns.lookup;
+    // Counts the real lookups (net calls dns.lookup at connect time); each still happens.
+    dns.lookup = ((name: string, ...rest: unknown[]) => {
+      calls.set(name, (calls.get(name) ?? 0) + 1);
+      return (real as (...a: unknown[]) => void)(name, ...rest);
+    }) as unknown as typeof dns.lookup;
+    const burst = (url: string) =>
+      Promise.all(Array.from({ length: 20 }, () => sendWebhook({ ...base, url })));
+    try {
+      // 20 at once open 20 connections: one lookup (or none, if one of the last second still serves).
+      const delivered = await burst(`http://localhost:${port}/hook`);
+      expect(delivered.map((r) => r.ok)).toEqual(Array(20).fill(true));
+      expect(calls.get('localhost') ?? 0).toBeLessThanOrEqual(1);
+
+      const failed = await burst(`http://${missing}/hook`);
+      for (const r of failed) {
+        expect(r).toMatchObject({ ok: false, permanent: false, response: null });
+        expect(r.ok || r.error).toMatch(
+          new RegExp(`^fetch failed: getaddrinfo (ENOTFOUND|EAI_AGAIN) ${missing}$`),
+        );
+      }
+      expect(calls.get(missing)).toBe(1);
+      // The answer serves for LOOKUP_REUSE_MS, then the name is looked up again.
+      await sendWebhook({ ...base, url: `http://${missing}/hook` });
+      expect(calls.get(missing)).toBe(1);
+      await new Promise((r) => setTimeout(r, LOOKUP_REUSE_MS + 50));
+      await sendWebhook({ ...base, url: `http://${missing}/hook` });
+      expect(calls.get(missing)).toBe(2);
+    } finally {
+      dns.lookup = real;
+      server.closeAllConnections();
+      await new Promise((r) => server.close(r));
+    }
   });
 });

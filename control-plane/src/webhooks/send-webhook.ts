@@ -1,3 +1,4 @@
+import dns, { type LookupAddress } from 'node:dns';
 import http from 'node:http';
 import https from 'node:https';
 import { signPayload } from './signature.ts';
@@ -199,6 +200,86 @@ async function viaFetch(
 }
 
 /**
+ * How long a host name's lookup (its addresses, or its failure) serves the attempts that follow it.
+ * Node looks a host up for every new connection, one `getaddrinfo` on libuv's 4 threads each: a burst of
+ * hundreds of attempts to a name that does not resolve (no connection is ever kept alive there) queued
+ * behind each other and the resolver's retransmits, took up to the attempt timeout each and held their
+ * delivery slots meanwhile, so the retries of the first failures ran seconds late (on the machine where
+ * this was found, one lookup of such a name took 12 ms, 64 at once 5 s at the median).
+ */
+export const LOOKUP_REUSE_MS = 1_000;
+
+type LookupCallback = (err: NodeJS.ErrnoException | null, addresses: LookupAddress[]) => void;
+type Lookup = { addresses: LookupAddress[]; error: NodeJS.ErrnoException | null; until: number };
+/** By family, hints and host name: the lookup running (its waiters) or the last one's answer. */
+const lookups = new Map<string, LookupCallback[] | Lookup>();
+
+/** A failure of its own for each attempt (net and http decorate the error they are given). */
+function copyError(e: NodeJS.ErrnoException): NodeJS.ErrnoException {
+  return Object.assign(new Error(e.message), {
+    code: e.code,
+    errno: e.errno,
+    syscall: e.syscall,
+    hostname: (e as { hostname?: string }).hostname,
+  });
+}
+
+/**
+ * `dns.lookup` as net calls it, shared: attempts to one host wait for the lookup already running and
+ * take its answer, which then serves those starting within LOOKUP_REUSE_MS.
+ */
+function sharedLookup(
+  hostname: string,
+  options: dns.LookupOptions,
+  callback: (err: NodeJS.ErrnoException | null, address: string | LookupAddress[], family?: number) => void,
+): void {
+  const answer: LookupCallback = (err, addresses) => {
+    if (err) callback(copyError(err), options.all ? [] : '');
+    else if (options.all)
+      callback(
+        null,
+        addresses.map((a) => ({ ...a })),
+      );
+    else callback(null, addresses[0]!.address, addresses[0]!.family);
+  };
+  const key = `${options.family ?? 0}/${options.hints ?? 0}/${hostname}`;
+  const entry = lookups.get(key);
+  if (Array.isArray(entry)) {
+    entry.push(answer);
+    return;
+  }
+  if (entry && entry.until > performance.now()) {
+    process.nextTick(answer, entry.error, entry.addresses);
+    return;
+  }
+  if (lookups.size >= 1_000) {
+    const now = performance.now();
+    for (const [k, v] of lookups) if (!Array.isArray(v) && v.until <= now) lookups.delete(k);
+  }
+  const waiters: LookupCallback[] = [answer];
+  lookups.set(key, waiters);
+  try {
+    dns.lookup(hostname, { family: options.family, hints: options.hints, all: true }, (err, addresses) => {
+      const error = err ?? (addresses.length === 0 ? noAddress(hostname) : null);
+      lookups.set(key, { addresses, error, until: performance.now() + LOOKUP_REUSE_MS });
+      for (const w of waiters) w(error, addresses);
+    });
+  } catch (e) {
+    // Refused before any lookup started (a malformed name): nothing to share or keep.
+    lookups.delete(key);
+    throw e;
+  }
+}
+
+function noAddress(hostname: string): NodeJS.ErrnoException {
+  return Object.assign(new Error(`getaddrinfo ENOTFOUND ${hostname}`), {
+    code: 'ENOTFOUND',
+    syscall: 'getaddrinfo',
+    hostname,
+  });
+}
+
+/**
  * Keep-alive agents shared by every attempt: connections to a receiver are reused across deliveries
  * (a connection per attempt would cost a TCP handshake each). Idle connections are closed after
  * 4 s, or earlier when the receiver announces a shorter `Keep-Alive: timeout`.
@@ -239,6 +320,7 @@ function viaNode(url: URL, request: WebhookRequest, signal: AbortSignal): Promis
         method: 'POST',
         headers: { ...request.headers, 'content-length': String(body.byteLength) },
         agent: agents[url.protocol as 'http:' | 'https:'],
+        lookup: sharedLookup as typeof dns.lookup,
       },
       (res) => {
         const chunks: Buffer[] = [];
