@@ -3,6 +3,7 @@ import dns from 'node:dns';
 import { createServer as createHttpServer } from 'node:http';
 import { createServer } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
+import { installFailingResolver } from '../../../test/webhooks/failing-resolver.ts';
 import { type Respond, TestReceiver } from '../../../test/webhooks/receiver.ts';
 import {
   LOOKUP_REUSE_MS,
@@ -226,10 +227,17 @@ describe('sendWebhook built-in client', () => {
   });
 
   it('words transport errors exactly as fetch does', async () => {
-    for (const url of [`http://127.0.0.1:${await closedPort()}/hook`, 'http://nonexistent.invalid/hook']) {
-      const viaNode = await sendWebhook({ ...base, url });
-      const viaFetch = await sendWebhook({ ...base, url, fetch: (i, init) => fetch(i, init) });
-      expect(viaNode.ok || viaNode.error).toBe(viaFetch.ok || viaFetch.error);
+    const missing = `missing-${randomUUID().slice(0, 8)}.invalid`;
+    const resolver = installFailingResolver(missing, { delayMs: 10 });
+    try {
+      for (const url of [`http://127.0.0.1:${await closedPort()}/hook`, `http://${missing}/hook`]) {
+        const viaNode = await sendWebhook({ ...base, url });
+        const viaFetch = await sendWebhook({ ...base, url, fetch: (i, init) => fetch(i, init) });
+        expect(viaNode.ok || viaNode.error).toBe(viaFetch.ok || viaFetch.error);
+      }
+      expect(resolver.calls()).toBe(2);
+    } finally {
+      resolver.restore();
     }
   });
 
@@ -240,11 +248,13 @@ describe('sendWebhook built-in client', () => {
     const missing = `burst-${randomUUID().slice(0, 8)}.invalid`;
     const calls = new Map<string, number>();
     const real = dns.lookup;
-    // Counts the real lookups (net calls dns.lookup at connect time); each still happens.
+    // Counts the real lookups of localhost (net calls dns.lookup at connect time); each still happens.
     dns.lookup = ((name: string, ...rest: unknown[]) => {
       calls.set(name, (calls.get(name) ?? 0) + 1);
       return (real as (...a: unknown[]) => void)(name, ...rest);
     }) as unknown as typeof dns.lookup;
+    // Installed over the counter: the missing name fails on a fixed schedule (failing-resolver.ts).
+    const resolver = installFailingResolver(missing, { delayMs: 50 });
     const burst = (url: string) =>
       Promise.all(Array.from({ length: 20 }, () => sendWebhook({ ...base, url })));
     try {
@@ -260,14 +270,15 @@ describe('sendWebhook built-in client', () => {
           new RegExp(`^fetch failed: getaddrinfo (ENOTFOUND|EAI_AGAIN) ${missing}$`),
         );
       }
-      expect(calls.get(missing)).toBe(1);
+      expect(resolver.calls()).toBe(1);
       // The answer serves for LOOKUP_REUSE_MS, then the name is looked up again.
       await sendWebhook({ ...base, url: `http://${missing}/hook` });
-      expect(calls.get(missing)).toBe(1);
+      expect(resolver.calls()).toBe(1);
       await new Promise((r) => setTimeout(r, LOOKUP_REUSE_MS + 50));
       await sendWebhook({ ...base, url: `http://${missing}/hook` });
-      expect(calls.get(missing)).toBe(2);
+      expect(resolver.calls()).toBe(2);
     } finally {
+      resolver.restore();
       dns.lookup = real;
       server.closeAllConnections();
       await new Promise((r) => server.close(r));
