@@ -180,11 +180,15 @@ export function createApp(deps: AppDeps) {
   });
 
   app.get('/health', async (c) => {
-    const db = await deps.ctx.database.ping();
+    // Side by side: while PostgreSQL cannot be reached each waits up to WAIT_FOR_CONNECTION_S for a
+    // connection, and a monitor should get its 503 within that, not twice that.
+    const [db, extra] = await Promise.all([
+      deps.ctx.database.ping(),
+      deps.health ? deps.health().catch(() => ({})) : {},
+    ]);
     // An embedded database out of disk still answers the ping while it refuses the writes the API sends
     // it: a load balancer or monitor must see that node as failing, not send it more writes.
     const dbError = db ? deps.ctx.database.writeFailure() : undefined;
-    const extra = deps.health ? await deps.health().catch(() => ({})) : {};
     if (!db) return c.json({ status: 'error', db: 'unreachable', ...extra }, 503);
     if (dbError) return c.json({ status: 'error', db: 'failing', dbError, ...extra }, 503);
     return c.json({ status: 'ok', db: 'ok', ...extra }, 200);

@@ -5,7 +5,7 @@ import { expectProblem, UNKNOWN_ID, VALID } from '../../../test/api/support.ts';
 import { buildApp, createTestApp } from '../../../test/helpers/app.ts';
 import { databaseOutage, defaultDbKind, openTestDatabase } from '../../../test/helpers/db.ts';
 import { tcpRelay } from '../../../test/helpers/tcp-relay.ts';
-import { openDatabase } from '../db/client.ts';
+import { openDatabase, WAIT_FOR_CONNECTION_S } from '../db/client.ts';
 import { databaseUnavailableReason } from '../db/errors.ts';
 import { EventBus } from '../events/event-bus.ts';
 import { noFleet } from '../services/context.ts';
@@ -77,6 +77,92 @@ describe('the database unavailable under the API', () => {
           expect(res.headers.get('retry-after'), `${method} ${path}`).toBe('5');
           await expectProblem(res, 503, 'DATABASE_UNAVAILABLE');
         }
+      } finally {
+        await relay.close();
+        await database.close().catch(() => {});
+        await real.drop();
+      }
+    },
+    30_000,
+  );
+
+  it.runIf(withPostgres)(
+    '503 within a bound while PostgreSQL resets or ignores every connection, and served as soon as it is back',
+    async () => {
+      const real = await openTestDatabase('postgres');
+      let mode: 'pass' | 'reset' | 'silent' = 'pass';
+      const relay = await tcpRelay({ port: Number(new URL(real.url!).port || 5432) }, (client, server) => {
+        if (mode === 'reset') {
+          client.resetAndDestroy();
+          server.destroy();
+        } else if (mode === 'silent') {
+          server.destroy(); // accepted, and never a byte back (a host gone, packets dropped)
+        } else {
+          client.pipe(server);
+          server.pipe(client);
+          client.on('close', () => server.destroy());
+          server.on('close', () => client.destroy());
+        }
+      });
+      const url = new URL(real.url!);
+      url.port = new URL(relay.url).port;
+      const database = Object.assign(await openDatabase({ kind: 'postgres', url: url.toString(), max: 4 }), {
+        drop: () => Promise.resolve(),
+      });
+      const bus = new EventBus();
+      const ctx = { database, bus, logger: pino({ level: 'silent' }), fleet: noFleet, now: () => Date.now() };
+      const { call } = buildApp(ctx, bus, database, { remote: () => '127.0.0.1' });
+      // Each answer within `ms`, else the test fails at once (not at the driver's 30 s connect timeout).
+      const timed = async (method: string, path: string, ms: number, body?: unknown) => {
+        const started = performance.now();
+        let timer: NodeJS.Timeout | undefined;
+        const res = await Promise.race([
+          call(method, path, body),
+          new Promise<never>((_, reject) => {
+            timer = setTimeout(() => reject(new Error(`${method} ${path}: no answer within ${ms} ms`)), ms);
+          }),
+        ]).finally(() => clearTimeout(timer));
+        return { res, ms: performance.now() - started };
+      };
+      const bound = (WAIT_FOR_CONNECTION_S + 1) * 1000;
+      try {
+        expect((await call('POST', '/api/v1/tasks', VALID.task())).status).toBe(201);
+        // The server resets every connection (it restarts, a proxy lost it): the driver's backoff used to
+        // grow with each failure, to 13 s and more per request.
+        mode = 'reset';
+        relay.drop();
+        for (let i = 0; i < 8; i++) {
+          const [method, path, body] =
+            i % 2 ? ['POST', '/api/v1/tasks', VALID.task()] : ['GET', '/api/v1/tasks'];
+          const { res } = await timed(method!, path!, bound, body);
+          expect(res.headers.get('retry-after'), `${method} ${path}`).toBe('5');
+          await expectProblem(res, 503, 'DATABASE_UNAVAILABLE');
+        }
+        const health = await timed('GET', '/health', bound);
+        expect(health.res.status).toBe(503);
+        mode = 'pass';
+        expect((await timed('GET', '/api/v1/tasks', 1500)).res.status).toBe(200);
+
+        // The server answers nothing (connect_timeout is 30 s in postgres.js).
+        mode = 'silent';
+        relay.drop();
+        for (const [method, path, body] of [
+          ['GET', '/api/v1/tasks', undefined],
+          ['POST', '/api/v1/tasks', VALID.task()],
+        ] as const) {
+          const { res } = await timed(method, path, bound, body);
+          const p = await expectProblem(res, 503, 'DATABASE_UNAVAILABLE');
+          expect(p.detail).toMatch(/CONNECTION_WAIT_TIMEOUT|CONNECT_TIMEOUT|CONNECTION_/);
+        }
+        expect((await timed('GET', '/health', bound)).res.status).toBe(503);
+        mode = 'pass';
+        relay.drop();
+        expect((await timed('GET', '/api/v1/tasks', 1500)).res.status).toBe(200);
+        // Nothing a 503 answered happened: only the first task exists.
+        const list = await call('GET', '/api/v1/tasks');
+        expect(list.headers.get('x-total')).toBe('1');
+        expect(await list.json()).toHaveLength(1);
+        expect((await timed('POST', '/api/v1/tasks', 1500, VALID.task())).res.status).toBe(201);
       } finally {
         await relay.close();
         await database.close().catch(() => {});
@@ -161,6 +247,9 @@ describe('databaseUnavailableReason', () => {
     expect(
       databaseUnavailableReason(wrapped(Object.assign(new Error('x'), { code: 'CONNECTION_CLOSED' }))),
     ).toBe('cannot reach it, CONNECTION_CLOSED');
+    expect(
+      databaseUnavailableReason(wrapped(Object.assign(new Error('x'), { code: 'CONNECTION_WAIT_TIMEOUT' }))),
+    ).toBe('no connection to it in time, CONNECTION_WAIT_TIMEOUT');
   });
 
   it('leaves the request’s own faults and bugs alone (they stay 4xx or 500)', () => {

@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { existsSync, fsyncSync } from 'node:fs';
+import { existsSync, fsyncSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -15,6 +15,7 @@ import { migrate as migratePglite } from 'drizzle-orm/pglite/migrator';
 import { drizzle as drizzlePostgres } from 'drizzle-orm/postgres-js';
 import { migrate as migratePostgres } from 'drizzle-orm/postgres-js/migrator';
 import postgres from 'postgres';
+import { POSTGRES_PATCH_MARKER, postgresRoot } from '../../scripts/patch-postgres.mjs';
 import { VERSION } from '../version.ts';
 import { PgliteClient } from './pglite-client.ts';
 import * as schema from './schema.ts';
@@ -261,15 +262,62 @@ async function refuseNewerDatabase(db: Db): Promise<void> {
 }
 
 /**
+ * How long a statement waits for a connection to the PostgreSQL server (one free in the pool, or a new
+ * one) before it fails, unsent, with CONNECTION_WAIT_TIMEOUT: a 503 for an API request. Without it a
+ * statement waited as long as the driver kept trying: its reconnect backoff grows to 20 s while the server
+ * refuses connections (QA measured 4–17 s per 503, 13 s here with every connection reset), a connection to a
+ * server that does not answer waits out connect_timeout, and while the server ends every new connection
+ * (pg_terminate_backend in a loop) the wait had no end. A statement that found an open connection
+ * (the normal path) arms nothing.
+ */
+export const WAIT_FOR_CONNECTION_S = 2;
+/**
+ * A connection attempt the server does not answer (a host gone, packets dropped) is given up after this
+ * long (postgres.js: 30 s): the driver then tries again, so a server back after such an outage is found
+ * within this time plus one reconnect delay. Local and LAN servers accept in milliseconds; TLS and SCRAM
+ * over a slow link take a few round trips.
+ */
+export const CONNECT_TIMEOUT_S = 5;
+/**
+ * The delay before a connection tries again after its last attempt failed (seconds; postgres.js: 10–20 s
+ * after a few failures, counted across the pool, so a server back after an outage was found that late).
+ * At most half a second: at most `max` attempts per half second while statements wait.
+ */
+export function reconnectDelayS(failures: number): number {
+  return Math.min(0.02 * 2 ** failures, 0.5) * (0.5 + Math.random() / 2);
+}
+
+let driverChecked = false;
+/** Warn once when the installed postgres.js lacks ffleet's fixes (an install run with --ignore-scripts). */
+function warnUnpatchedDriver(): void {
+  if (driverChecked) return;
+  driverChecked = true;
+  try {
+    if (readFileSync(join(postgresRoot(), 'src', 'connection.js'), 'utf8').includes(POSTGRES_PATCH_MARKER))
+      return;
+  } catch {
+    // Unknown layout: say so below.
+  }
+  process.emitWarning(
+    "postgres.js lacks ffleet's fixes (a lost connection can crash the control plane or hang its requests): run `npm install`, or `node control-plane/scripts/patch-postgres.mjs`",
+  );
+}
+
+/**
  * Open the database and apply the committed migrations; rejects with a {@link NewerDatabaseError}
  * (the database left untouched) when a newer ffleet has migrated it.
  */
 export async function openDatabase(opts: OpenOptions): Promise<Database> {
   if (opts.kind === 'postgres') {
+    warnUnpatchedDriver();
     const client = postgres(opts.url, {
       max: opts.max ?? 10,
       onnotice: () => {},
       prepare: opts.prepare ?? true,
+      connect_timeout: CONNECT_TIMEOUT_S,
+      backoff: reconnectDelayS,
+      // wait_timeout: ffleet's patch of the driver (control-plane/scripts/patch-postgres.mjs).
+      ...({ wait_timeout: WAIT_FOR_CONNECTION_S } as object),
       // bigint columns are read as numbers by drizzle's mode:'number'; keep types default otherwise.
     });
     const admit = preparedAdmission(opts.maxPrepared ?? MAX_PREPARED_TEXTS);

@@ -51,6 +51,7 @@ export function databaseUnavailableReason(err: unknown): string | undefined {
         return `connection refused by the server, SQLSTATE ${code}`;
       return undefined;
     }
+    if (code === 'CONNECTION_WAIT_TIMEOUT') return `no connection to it in time, ${code}`;
     if (code && (UNREACHABLE_ERRNOS.has(code) || CONNECTION_CODES.has(code)))
       return `cannot reach it, ${code}`;
     if (e.message === 'PGlite is closed') return 'the embedded database is closed';
