@@ -27,7 +27,7 @@
  * alone (with a line saying so), and this script then needs a look. `--check` only reports, exit 1 when
  * the installed driver lacks the fixes.
  */
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -175,7 +175,9 @@ export function patchPostgres({ check = false, log = console.log } = {}) {
       }
       text = text.slice(0, at) + to + text.slice(at + from.length);
     }
-    writeFileSync(file, text);
+    // A new file in its place: an install hard-linked from another tree (cp -al) keeps that tree's copy.
+    writeFileSync(`${file}.ffleet-tmp`, text);
+    renameSync(`${file}.ffleet-tmp`, file);
   }
   if (check && missing)
     log(

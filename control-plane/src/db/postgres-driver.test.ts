@@ -1,6 +1,7 @@
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { defaultDbKind, openTestDatabase, TEST_PG_URL, type TestDatabase } from '../../../test/helpers/db.ts';
+import { tcpRelay } from '../../../test/helpers/tcp-relay.ts';
 import { patchPostgres } from '../../scripts/patch-postgres.mjs';
 
 /**
@@ -70,6 +71,38 @@ describe.runIf(defaultDbKind() === 'postgres')('postgres.js with ffleet’s fixe
       expect(await sql`SELECT 3 AS n`).toEqual([{ n: 3 }]);
     } finally {
       await sql.end({ timeout: 1 });
+    }
+  });
+
+  it('a new connection whose waiting query gave up joins the pool', async () => {
+    // The server's answers come 600 ms late at first (a slow network, a busy server).
+    let slow = true;
+    const relay = await tcpRelay({ port: Number(new URL(db.url!).port || 5432) }, (client, server) => {
+      const wire = () => {
+        client.pipe(server);
+        server.pipe(client);
+      };
+      client.on('close', () => server.destroy());
+      server.on('close', () => client.destroy());
+      if (slow) setTimeout(wire, 600);
+      else wire();
+    });
+    const url = new URL(db.url!);
+    url.port = new URL(relay.url).port;
+    const sql = postgres(url.toString(), {
+      max: 1,
+      onnotice: () => {},
+      ...({ wait_timeout: 0.3 } as object),
+    });
+    try {
+      await expect(sql`SELECT 1 AS n`).rejects.toMatchObject({ code: 'CONNECTION_WAIT_TIMEOUT' });
+      slow = false;
+      await new Promise((r) => setTimeout(r, 700));
+      // Unpatched, the connection stayed among those connecting, and the pool of one had none left.
+      expect(await sql`SELECT 2 AS n`).toEqual([{ n: 2 }]);
+    } finally {
+      await sql.end({ timeout: 1 });
+      await relay.close();
     }
   });
 });
