@@ -18,7 +18,8 @@
  *   off by default), then fails with CONNECTION_WAIT_TIMEOUT without having been sent: while the server
  *   cannot be reached a query otherwise waited for the reconnect backoff (up to 20 s) and connect_timeout
  *   (30 s), or, when the server ended every new connection during its start, until one survived. A new
- *   connection whose query gave up meanwhile joins the pool instead of being left out of it.
+ *   connection whose query gave up meanwhile joins the pool instead of being left out of it. A query that
+ *   finds an open connection, or one it can be pipelined on, arms no timer.
  * - a transaction whose connection closed went on sending its statements (the rest of the callback, the
  *   ROLLBACK) to that connection object, which the pool may already have reconnected for another query:
  *   they would have run outside the transaction. Now they fail with the error that closed it.
@@ -88,27 +89,31 @@ const INDEX = [
     wait_timeout    : null,`,
   ],
   [
-    `    if (open.length)
-      return go(open.shift(), query)
+    `    if (closed.length)
+      return connect(closed.shift(), query)
 
-    if (closed.length)`,
-    `    if (open.length)
-      return go(open.shift(), query)
+    busy.length
+      ? go(busy.shift(), query)
+      : queries.push(query)`,
+    `    if (closed.length)
+      return waitAtMost(query), connect(closed.shift(), query)
 
-    options.wait_timeout && waitAtMost(query, options.wait_timeout)
-
-    if (closed.length)`,
+    busy.length
+      ? go(busy.shift(), query)
+      : (waitAtMost(query), queries.push(query))`,
   ],
   [
     `  function go(c, query) {`,
-    `  function waitAtMost(query, seconds) {
+    `  function waitAtMost(query) {
+    if (!options.wait_timeout)
+      return
     const timer = setTimeout(() => {
       if (query.state || query.cancelled)
         return
       queries.remove(query)
       query.cancelled = true
       query.reject(Errors.connection('CONNECTION_WAIT_TIMEOUT', options))
-    }, seconds * 1000)
+    }, options.wait_timeout * 1000)
     timer.unref && timer.unref()
   }
 
