@@ -46,7 +46,12 @@ describe('stops meeting a claim in flight', () => {
    */
   async function agentWithAnswerHeld(name: string, target: string) {
     const relay = await holdRelay(c.mqttUrl);
+    // The agent claims as it starts: once that claim is answered (with nothing), the next one is the
+    // task's. Holding the answer of a claim still in flight at start let it take the task unheld on a
+    // slow box (its claim ran after the task was created), which then ran to its end before the stop.
+    const firstAnswer = relay.nextDown('"type":"claim.result"');
     const agent = await c.startLocalAgent({ name, slots: 1, env: { MQTT_URL: relay.url } });
+    await firstAnswer;
     const held = relay.holdAfterNext('"type":"claim"');
     const task = await c.api.createTask({
       command: ENCODE,

@@ -57,9 +57,11 @@ describe('leases across the control plane’s own absences', () => {
         patch: { progress: seq },
       });
     }
+    const cancels = () => mqtt.sent.filter((s) => s.agent === 'a1' && s.message.type === 'task.cancel');
+    // Waited for, not slept on: a fixed 100 ms was too short for a slow box under load.
+    await poll(async () => cancels().length >= 5, 5_000, 'five cancels');
     await new Promise((r) => setTimeout(r, 100));
-    const cancels = mqtt.sent.filter((s) => s.agent === 'a1' && s.message.type === 'task.cancel');
-    expect(cancels).toHaveLength(5);
+    expect(cancels()).toHaveLength(5);
     const warned = records.filter((r) => r.msg === 'stale report; telling the agent to stop');
     expect(warned.map((r) => r.level)).toEqual([40]);
   });

@@ -92,8 +92,13 @@ describe('watchfolder ownership', () => {
         mtimeMs: 1,
       }) as const;
     await mqtt.request('a1', file('own-1'));
-    await sleep(100);
-    const own = answerTo(mqtt.sent, 'a1', 'own-1') as unknown as { ok: boolean; taskId: string };
+    // Each answer is waited for (a fixed 100 ms was too short for a slow box under load).
+    const answer = async (agent: string, requestId: string) => {
+      const deadline = Date.now() + 5_000;
+      while (!answerTo(mqtt.sent, agent, requestId) && Date.now() < deadline) await sleep(20);
+      return answerTo(mqtt.sent, agent, requestId);
+    };
+    const own = (await answer('a1', 'own-1')) as unknown as { ok: boolean; taskId: string };
     expect(own).toMatchObject({ ok: true });
     await mqtt.request('a1', {
       type: 'watch.locked',
@@ -101,11 +106,10 @@ describe('watchfolder ownership', () => {
       watchfolderId: wf.id,
       taskId: own.taskId,
     });
-    await sleep(50);
+    expect(await answer('a1', 'lock-1')).toMatchObject({ ok: true });
     // a2 scanned the folder before it moved; its outbox replays the submit now.
     await mqtt.request('a2', file('replayed-1'));
-    await sleep(100);
-    expect(answerTo(mqtt.sent, 'a2', 'replayed-1')).toMatchObject({
+    expect(await answer('a2', 'replayed-1')).toMatchObject({
       ok: false,
       error: 'this watchfolder is assigned to another agent now',
     });
