@@ -319,11 +319,14 @@ describe.each(dbKinds)('DeliveryDispatcher on %s', (kind) => {
       (e) => !/ENOTFOUND|EAI_AGAIN/.test(e.error) || e.durationMs > 1_000,
     );
     expect(slow.map((e) => [e.error, e.durationMs])).toEqual([]);
-    // Each retry within 0.5 s of its due time (its first attempt's end + 3 s), never before it.
+    // Each retry within 2 s of its due time (its first attempt's end + 3 s), never before it: ~25 ms on
+    // a quiet machine, but the services pass shares two cores with another test run (0.5 s was exceeded
+    // there). Before the shared lookup, retries came 2–32 s late, and the first attempts' durations and
+    // the lookup count (below) tell the old code apart whatever the load.
     const late = second.flatMap((e) => {
       const one = first.get(e.deliveryId)!;
       const due = one.createdAt + one.durationMs + 3_000;
-      return e.createdAt < one.createdAt + 3_000 || e.createdAt - due > 500 ? [e.createdAt - due] : [];
+      return e.createdAt < one.createdAt + 3_000 || e.createdAt - due > 2_000 ? [e.createdAt - due] : [];
     });
     expect(late).toEqual([]);
     // One lookup serves every attempt to the host that starts while it runs or shortly after.
