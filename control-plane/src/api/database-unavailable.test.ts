@@ -19,6 +19,18 @@ const withPostgres = defaultDbKind() === 'postgres';
  * A request the database cannot serve is the server's fault and temporary: 503 DATABASE_UNAVAILABLE
  * with Retry-After, not an opaque 500, and the API serves again once the database is back.
  */
+/** The API on its own pool (of `max` connections) to the test server's database, reached through a relay. */
+async function apiThrough(databaseUrl: string, relayUrl: string, max: number) {
+  const url = new URL(databaseUrl);
+  url.port = new URL(relayUrl).port;
+  const database = Object.assign(await openDatabase({ kind: 'postgres', url: url.toString(), max }), {
+    drop: () => Promise.resolve(),
+  });
+  const bus = new EventBus();
+  const ctx = { database, bus, logger: pino({ level: 'silent' }), fleet: noFleet, now: () => Date.now() };
+  return { database, call: buildApp(ctx, bus, database, { remote: () => '127.0.0.1' }).call };
+}
+
 describe('the database unavailable under the API', () => {
   it('503 with Retry-After once the embedded database is closed', async () => {
     const t = await createTestApp({ kind: 'pglite' });
@@ -56,14 +68,7 @@ describe('the database unavailable under the API', () => {
         client.pipe(server);
         server.pipe(client);
       });
-      const url = new URL(real.url!);
-      url.port = new URL(relay.url).port;
-      const database = Object.assign(await openDatabase({ kind: 'postgres', url: url.toString(), max: 2 }), {
-        drop: () => Promise.resolve(),
-      });
-      const bus = new EventBus();
-      const ctx = { database, bus, logger: pino({ level: 'silent' }), fleet: noFleet, now: () => Date.now() };
-      const { call } = buildApp(ctx, bus, database, { remote: () => '127.0.0.1' });
+      const { database, call } = await apiThrough(real.url!, relay.url, 2);
       try {
         expect((await call('GET', '/api/v1/presets')).status).toBe(200);
         resetting = true;
@@ -104,14 +109,7 @@ describe('the database unavailable under the API', () => {
           server.on('close', () => client.destroy());
         }
       });
-      const url = new URL(real.url!);
-      url.port = new URL(relay.url).port;
-      const database = Object.assign(await openDatabase({ kind: 'postgres', url: url.toString(), max: 4 }), {
-        drop: () => Promise.resolve(),
-      });
-      const bus = new EventBus();
-      const ctx = { database, bus, logger: pino({ level: 'silent' }), fleet: noFleet, now: () => Date.now() };
-      const { call } = buildApp(ctx, bus, database, { remote: () => '127.0.0.1' });
+      const { database, call } = await apiThrough(real.url!, relay.url, 4);
       // Each answer within `ms`, else the test fails at once (not at the driver's 30 s connect timeout).
       const timed = async (method: string, path: string, ms: number, body?: unknown) => {
         const started = performance.now();

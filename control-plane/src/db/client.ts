@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { existsSync, fsyncSync, readFileSync } from 'node:fs';
+import { existsSync, fsyncSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -15,7 +15,7 @@ import { migrate as migratePglite } from 'drizzle-orm/pglite/migrator';
 import { drizzle as drizzlePostgres } from 'drizzle-orm/postgres-js';
 import { migrate as migratePostgres } from 'drizzle-orm/postgres-js/migrator';
 import postgres from 'postgres';
-import { POSTGRES_PATCH_MARKER, postgresRoot } from '../../scripts/patch-postgres.mjs';
+import { patchPostgres } from '../../scripts/patch-postgres.mjs';
 import { VERSION } from '../version.ts';
 import { PgliteClient } from './pglite-client.ts';
 import * as schema from './schema.ts';
@@ -292,11 +292,11 @@ let driverChecked = false;
 function warnUnpatchedDriver(): void {
   if (driverChecked) return;
   driverChecked = true;
+  // The install script's own check (every file it patches), its report kept out of the output.
   try {
-    if (readFileSync(join(postgresRoot(), 'src', 'connection.js'), 'utf8').includes(POSTGRES_PATCH_MARKER))
-      return;
+    if (patchPostgres({ check: true, log: () => {} }) === 0) return;
   } catch {
-    // Unknown layout: say so below.
+    // An unknown layout: say so below.
   }
   process.emitWarning(
     "postgres.js lacks ffleet's fixes (a lost connection can crash the control plane or hang its requests): run `npm install`, or `node control-plane/scripts/patch-postgres.mjs`",
