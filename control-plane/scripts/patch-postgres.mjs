@@ -158,9 +158,8 @@ function targets(root) {
     .filter(([file]) => existsSync(file));
 }
 
-/** Patch (or with `check`, only inspect) the installed driver; returns the exit code. */
-export function patchPostgres({ check = false, log = console.log } = {}) {
-  const root = postgresRoot();
+/** Patch (or with `check`, only inspect) the installed driver (or the copy at `root`); returns the exit code. */
+export function patchPostgres({ check = false, log = console.log, root = postgresRoot() } = {}) {
   const { version } = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
   if (version !== FOR_VERSION) {
     log(`ffleet: postgres.js ${version} left as installed (its fixes are written for ${FOR_VERSION})`);

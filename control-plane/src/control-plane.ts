@@ -170,6 +170,7 @@ export async function startControlPlane(
     if (config.databaseUrl && config.pgPrepare !== false)
       stops.push(await claimControlPlaneLock(config.databaseUrl, logger));
     logger.info({ db: database.kind }, 'database ready');
+    for (const warning of database.warnings) logger.error({ db: database.kind }, warning);
     const renamed = await normalizeStoredFolderPaths(database.db);
     if (renamed) logger.info({ watchfolders: renamed }, 'watchfolder paths normalised');
 

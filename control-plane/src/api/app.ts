@@ -189,9 +189,11 @@ export function createApp(deps: AppDeps) {
     // An embedded database out of disk still answers the ping while it refuses the writes the API sends
     // it: a load balancer or monitor must see that node as failing, not send it more writes.
     const dbError = db ? deps.ctx.database.writeFailure() : undefined;
-    if (!db) return c.json({ status: 'error', db: 'unreachable', ...extra }, 503);
-    if (dbError) return c.json({ status: 'error', db: 'failing', dbError, ...extra }, 503);
-    return c.json({ status: 'ok', db: 'ok', ...extra }, 200);
+    // What is wrong with the install although it serves (an unpatched driver): shown, not failed on.
+    const warnings = deps.ctx.database.warnings.length ? { warnings: deps.ctx.database.warnings } : {};
+    if (!db) return c.json({ status: 'error', db: 'unreachable', ...extra, ...warnings }, 503);
+    if (dbError) return c.json({ status: 'error', db: 'failing', dbError, ...extra, ...warnings }, 503);
+    return c.json({ status: 'ok', db: 'ok', ...extra, ...warnings }, 200);
   });
   app.get('/metrics', async (c) =>
     c.body(await deps.metrics.registry.metrics(), 200, { 'Content-Type': deps.metrics.registry.contentType }),

@@ -47,6 +47,12 @@ const Health = z.object({
       'with db failing: why, as a SQLSTATE, and when, e.g. "disk full, SQLSTATE 53100, refused since 2025-01-01T00:00:00.000Z, the last time at 2025-01-01T00:00:07.000Z"',
     ),
   broker: z.enum(['ok', 'disconnected']).optional(),
+  warnings: z
+    .array(z.string())
+    .optional()
+    .describe(
+      'what is wrong with the install although it serves, e.g. a postgres.js without the fixes `npm install` applies; absent when nothing is',
+    ),
   agents: z
     .object({
       online: z

@@ -16,6 +16,25 @@ describe('operational routes', () => {
     expect(await json(await t.call('GET', '/health'))).toMatchObject({ status: 'ok', db: 'ok' });
   });
 
+  it('GET /health lists what is wrong with the install, without failing on it', async () => {
+    expect(await json(await t.call('GET', '/health'))).not.toHaveProperty('warnings');
+    // What openDatabase reports for a postgres.js that lacks ffleet's fixes (postgres-driver.test.ts).
+    const database = t.ctx.database as { warnings: readonly string[] };
+    const kept = database.warnings;
+    database.warnings = ['postgres.js lacks ffleet’s fixes'];
+    try {
+      const res = await t.call('GET', '/health');
+      expect(res.status).toBe(200);
+      expect(await json(res)).toMatchObject({
+        status: 'ok',
+        db: 'ok',
+        warnings: ['postgres.js lacks ffleet’s fixes'],
+      });
+    } finally {
+      database.warnings = kept;
+    }
+  });
+
   it('GET /api/v1/version returns the version', async () => {
     expect(await json(await t.call('GET', '/api/v1/version'))).toEqual({ version: VERSION });
   });

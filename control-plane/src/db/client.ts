@@ -42,6 +42,11 @@ export type Database = {
   close(): Promise<void>;
   /** PGlite runs one transaction at a time; callers may size concurrency by it. */
   singleConnection: boolean;
+  /**
+   * What is wrong with this install although the database works (an unpatched postgres.js): the
+   * control plane logs each at `error` when it starts and `/health` lists them.
+   */
+  warnings: readonly string[];
   /** The PGlite instance (embedded mode only), e.g. to dump a template data dir. */
   raw?: PGlite;
 };
@@ -287,21 +292,28 @@ export function reconnectDelayS(failures: number): number {
   return Math.min(0.02 * 2 ** failures, 0.5) * (0.5 + Math.random() / 2);
 }
 
-let driverChecked = false;
-/** Warn once when the installed postgres.js lacks ffleet's fixes (an install run with --ignore-scripts). */
-function warnUnpatchedDriver(): void {
-  if (driverChecked) return;
-  driverChecked = true;
-  // The install script's own check (every file it patches), its report kept out of the output.
+let driverPatched: boolean | undefined;
+
+/**
+ * Whether the installed postgres.js (or the copy at `root`) carries ffleet's fixes
+ * (control-plane/scripts/patch-postgres.mjs, run by `npm install`): the install script's own check of
+ * every file it patches. False too for a layout it cannot read. The installed one is checked once.
+ */
+export function postgresDriverPatched(root?: string): boolean {
+  if (root === undefined && driverPatched !== undefined) return driverPatched;
+  let patched: boolean;
   try {
-    if (patchPostgres({ check: true, log: () => {} }) === 0) return;
+    patched = patchPostgres({ check: true, log: () => {}, ...(root === undefined ? {} : { root }) }) === 0;
   } catch {
-    // An unknown layout: say so below.
+    patched = false;
   }
-  process.emitWarning(
-    "postgres.js lacks ffleet's fixes (a lost connection can crash the control plane or hang its requests): run `npm install`, or `node control-plane/scripts/patch-postgres.mjs`",
-  );
+  if (root === undefined) driverPatched = patched;
+  return patched;
 }
+
+/** What an operator must hear when the driver is not patched (the control plane logs it, /health shows it). */
+export const UNPATCHED_DRIVER_WARNING =
+  "postgres.js lacks ffleet's fixes (a lost connection can crash the control plane or hang its requests): run `npm install`, or `node control-plane/scripts/patch-postgres.mjs`";
 
 /**
  * Open the database and apply the committed migrations; rejects with a {@link NewerDatabaseError}
@@ -309,7 +321,7 @@ function warnUnpatchedDriver(): void {
  */
 export async function openDatabase(opts: OpenOptions): Promise<Database> {
   if (opts.kind === 'postgres') {
-    warnUnpatchedDriver();
+    const warnings = postgresDriverPatched() ? [] : [UNPATCHED_DRIVER_WARNING];
     const client = postgres(opts.url, {
       max: opts.max ?? 10,
       onnotice: () => {},
@@ -337,6 +349,7 @@ export async function openDatabase(opts: OpenOptions): Promise<Database> {
       kind: 'postgres',
       rows: rowsOf,
       singleConnection: false,
+      warnings,
       ping: async () => {
         try {
           await client`select 1`;
@@ -386,6 +399,7 @@ export async function openDatabase(opts: OpenOptions): Promise<Database> {
     kind: 'pglite',
     rows: rowsOf,
     singleConnection: true,
+    warnings: [],
     raw: pg,
     ping: async () => {
       if (closed) return false;

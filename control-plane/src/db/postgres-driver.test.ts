@@ -1,8 +1,33 @@
+import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { defaultDbKind, openTestDatabase, TEST_PG_URL, type TestDatabase } from '../../../test/helpers/db.ts';
 import { tcpRelay } from '../../../test/helpers/tcp-relay.ts';
-import { patchPostgres } from '../../scripts/patch-postgres.mjs';
+import { POSTGRES_PATCH_MARKER, patchPostgres, postgresRoot } from '../../scripts/patch-postgres.mjs';
+import { postgresDriverPatched } from './client.ts';
+
+describe('the control plane’s check of the driver', () => {
+  it('tells a patched copy of postgres.js from one a file of which lacks the fixes', () => {
+    expect(postgresDriverPatched()).toBe(true);
+    const dir = mkdtempSync(join(tmpdir(), 'ffleet-driver-'));
+    try {
+      const copy = join(dir, 'postgres');
+      cpSync(postgresRoot(), copy, { recursive: true });
+      expect(postgresDriverPatched(copy)).toBe(true);
+      // As `npm install --ignore-scripts` leaves it (one of the patched files is enough).
+      const file = join(copy, 'src', 'connection.js');
+      writeFileSync(file, readFileSync(file, 'utf8').replaceAll(POSTGRES_PATCH_MARKER, ''));
+      expect(postgresDriverPatched(copy)).toBe(false);
+      expect(postgresDriverPatched(join(dir, 'nothing-here'))).toBe(false);
+      // The installed one is still what the control plane checked.
+      expect(postgresDriverPatched()).toBe(true);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
 
 /**
  * ffleet's fixes in postgres.js (control-plane/scripts/patch-postgres.mjs), on the real server: the
