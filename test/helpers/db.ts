@@ -26,15 +26,16 @@ function migrationsHash(): string {
 
 /**
  * A migrated PGlite data dir, dumped once and loaded by every test: a fresh database in ~0.3 s
- * instead of running migrations each time.
+ * instead of running migrations each time. Uncompressed (41 MB in the temp dir): loading the gzipped
+ * dump took ~0.2 s and ~0.25 s of CPU more per database (121 databases in the embedded pass).
  */
 async function pgliteTemplate(): Promise<Blob> {
-  const file = join(tmpdir(), `ffleet-pglite-template-${migrationsHash()}.tar.gz`);
+  const file = join(tmpdir(), `ffleet-pglite-template-${migrationsHash()}.tar`);
   if (!existsSync(file)) {
     const d = await openDatabase({ kind: 'pglite' });
     const pg = (d as unknown as { raw?: PGlite }).raw;
     if (!pg) throw new Error('pglite handle missing');
-    const dump = await pg.dumpDataDir('gzip');
+    const dump = await pg.dumpDataDir('none');
     await d.close();
     const tmp = `${file}.${process.pid}.tmp`;
     writeFileSync(tmp, Buffer.from(await dump.arrayBuffer()));
