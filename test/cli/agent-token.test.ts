@@ -20,6 +20,7 @@ import {
   spawnFfleet,
 } from '../fleet/support/processes.ts';
 import { makeTestVideo, waitFor } from '../helpers/cluster.ts';
+import { seedPgliteDir } from '../helpers/db.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'ffleet-agent-token-cli-'));
 const procs: ChildProcessHandle[] = [];
@@ -134,6 +135,7 @@ describe('FFLEET_AGENT_AUTH=per-agent end to end', () => {
       LOG_LEVEL: 'info',
     };
     api = new ApiClient(`http://127.0.0.1:${port}`);
+    await seedPgliteDir(join(env.FFLEET_DATA_DIR!, 'pglite')); // not a first start's test
     cp = spawnFfleet('start', env, 'all-in-one');
     procs.push(cp);
     await cp.waitUntil(async () => (await api.health()) !== null, 90_000, '/health');
@@ -214,6 +216,7 @@ describe('an agent the broker stops letting in while it runs a task', () => {
    */
   async function switchUnderRunningTask(name: string, leaseMs: number) {
     const data = join(dir, `data-${name}`);
+    await seedPgliteDir(join(data, 'pglite'));
     const port = await findFreePort();
     const mqttPort = await findFreePort();
     const cpEnv = {

@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { findFreePort, inheritedEnv, REPO_ROOT } from '../fleet/support/processes.ts';
+import { seedPgliteDir } from '../helpers/db.ts';
 
 // The same run in both CI passes (it configures nothing external): once is enough.
 describe.skipIf(process.env.FFLEET_CI_PASS === 'services')('ffleet control-plane on SIGTERM', () => {
@@ -16,6 +17,7 @@ describe.skipIf(process.env.FFLEET_CI_PASS === 'services')('ffleet control-plane
 
   it('opens no debugger at SIGUSR1; says it shuts down without mentioning tasks it does not run, and exits 0', async () => {
     const base = inheritedEnv();
+    await seedPgliteDir(join(dir, 'data', 'pglite')); // its shutdown is the test, not its first start
     const child = spawn(process.execPath, [join(REPO_ROOT, 'bin/ffleet.js'), 'control-plane'], {
       cwd: REPO_ROOT,
       env: {

@@ -9,7 +9,7 @@ import { AGENT_ENV_VARS } from '../../agent/src/config.ts';
 import { CONTROL_PLANE_ENV_VARS } from '../../control-plane/src/config/config.ts';
 import { openDatabase } from '../../control-plane/src/db/client.ts';
 import { findFreePort, inheritedEnv, REPO_ROOT } from '../fleet/support/processes.ts';
-import { postgresAvailable, TEST_PG_URL } from '../helpers/db.ts';
+import { postgresAvailable, seedPgliteDir, TEST_PG_URL } from '../helpers/db.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'ffleet-usage-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -49,6 +49,7 @@ describe('ffleet usage and configuration errors', () => {
 
   it('a database a newer ffleet migrated: one line naming it, exit code 2 (systemd does not restart)', async () => {
     const dataDir = join(dir, 'newer');
+    await seedPgliteDir(join(dataDir, 'pglite'));
     const database = await openDatabase({ kind: 'pglite', dataDir: join(dataDir, 'pglite') });
     await database.db.execute(
       sql`INSERT INTO drizzle.__drizzle_migrations (hash, created_at) VALUES ('from-the-future', 4102444800000)`,

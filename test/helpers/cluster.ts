@@ -9,8 +9,8 @@
  * answer each other's agents (and cancel their tasks as unknown). Clusters on an external broker
  * therefore hold a machine-wide lock for their lifetime (test files serialise in that mode).
  */
-import { createHash, randomBytes } from 'node:crypto';
-import { cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
@@ -21,7 +21,6 @@ import { parseAgentConfig } from '../../agent/src/config.ts';
 import { FleetAgent } from '../../agent/src/fleet-agent.ts';
 import { parseConfig } from '../../control-plane/src/config/config.ts';
 import { type RunningControlPlane, startControlPlane } from '../../control-plane/src/control-plane.ts';
-import { MIGRATIONS_DIR, openDatabase } from '../../control-plane/src/db/client.ts';
 import { VERSION } from '../../control-plane/src/version.ts';
 import { ApiClient } from '../fleet/support/api-client.ts';
 import { acquireExternalBrokerLock } from '../fleet/support/broker-lock.ts';
@@ -32,7 +31,7 @@ import {
   killLeftovers,
   spawnFfleet,
 } from '../fleet/support/processes.ts';
-import { openTestDatabase, type TestDatabase } from './db.ts';
+import { openTestDatabase, seedPgliteDir, type TestDatabase } from './db.ts';
 
 // The pieces live in test/fleet/support (one responsibility each); this module is the entry point.
 export { ApiClient, type ApiResponse } from '../fleet/support/api-client.ts';
@@ -82,28 +81,6 @@ function captureLogger(level: string, sink: string[]): Logger {
     },
   });
   return pino({ level }, stream);
-}
-
-/**
- * A migrated, empty PGlite data dir kept in the temp dir per migrations hash and copied into each
- * cluster: a fresh PGlite (initdb + migrations) takes 20+ s on a loaded 2-core box, a copy takes ms.
- */
-async function seedPgliteDir(target: string): Promise<void> {
-  const h = createHash('sha256');
-  for (const f of readdirSync(MIGRATIONS_DIR).sort())
-    if (f.endsWith('.sql')) h.update(readFileSync(join(MIGRATIONS_DIR, f)));
-  const cache = join(tmpdir(), `ffleet-pglite-datadir-${h.digest('hex').slice(0, 16)}`);
-  if (!existsSync(cache)) {
-    const staging = `${cache}.${process.pid}.tmp`;
-    const d = await openDatabase({ kind: 'pglite', dataDir: staging });
-    await d.close();
-    try {
-      renameSync(staging, cache);
-    } catch {
-      rmSync(staging, { recursive: true, force: true }); // Another worker made it first.
-    }
-  }
-  cpSync(cache, target, { recursive: true });
 }
 
 export class TestCluster {
