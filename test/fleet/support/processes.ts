@@ -202,9 +202,16 @@ export class ChildProcessHandle {
 /**
  * Spawn `node bin/ffleet.js <command>` (the installed `ffleet` command, run from its bundle) in its own
  * process group with `env` on top.
+ *
+ * A control plane on the embedded database is started with V8's default, dynamic tiering of
+ * WebAssembly (a flag given to node wins over bin/v8-flags.js): its eager tier-up optimises all of
+ * PGlite once at load, which pays off over thousands of tasks, not in a test (1.96 → 1.19 s of CPU for
+ * its first 8 s on a 2-vCPU VM). test/cli/v8-flags.test.ts covers the flags themselves.
  */
 export function spawnFfleet(command: string, env: Record<string, string>, label: string): ChildProcessHandle {
-  const proc = spawn(process.execPath, [BIN, command], {
+  const runsControlPlane = command === 'start' || command === 'control-plane';
+  const nodeArgs = runsControlPlane ? ['--wasm-dynamic-tiering'] : [];
+  const proc = spawn(process.execPath, [...nodeArgs, BIN, command], {
     cwd: REPO_ROOT,
     env: { ...inheritedEnv(), ...env },
     detached: true,
