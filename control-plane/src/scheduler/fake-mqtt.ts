@@ -76,7 +76,9 @@ const all = (results: Array<void | Promise<void>>) => Promise.all(results).then(
 /** A started Fleet on `database`, hearing the agents a test plays through `mqtt`; stop it when done. */
 export async function startTestFleet(
   database: Database,
-  opts: Partial<Pick<FleetOptions, 'leaseTtlMs' | 'stopWaitMs' | 'silentAfterMs' | 'helloGraceMs'>> = {},
+  opts: Partial<
+    Pick<FleetOptions, 'leaseTtlMs' | 'stopWaitMs' | 'silentAfterMs' | 'helloGraceMs' | 'unheardAfterMs'>
+  > = {},
 ) {
   const { logger, records } = captureLogger();
   const mqtt = new FakeMqtt();

@@ -12,6 +12,7 @@ import { and, asc, eq, sql } from 'drizzle-orm';
 import type { Logger } from 'pino';
 import type { ControlPlaneClient } from '../broker/control-plane-client.ts';
 import { unnestRows } from '../db/array-literal.ts';
+import type { Db } from '../db/client.ts';
 import { databaseUnavailableReason } from '../db/errors.ts';
 import { type AgentRow, effectiveLabels, effectiveSlots } from '../db/mappers.ts';
 import { agents, taskIsRunning, tasks, watchfolders } from '../db/schema.ts';
@@ -33,12 +34,15 @@ import {
   renewLeases,
   renewLeasesIn,
   sweepExpiredLeases,
+  type UnreportedTask,
+  unreportedTasksIn,
 } from './leases.ts';
 import { NameClaims } from './name-claims.ts';
 import { OncePer } from './once-per.ts';
 import { applyReportIn, type ReportOutcome } from './reports.ts';
 import { RequirementCheck, unmetRequirements } from './requirements.ts';
 import { SerialQueues } from './serial-queue.ts';
+import { type Unheard, UnheardClaims } from './unheard-claims.ts';
 import { planAssignments, saveAssignments, toAssignment, yieldsFor } from './watch-assignment.ts';
 import {
   confirmWatchLock,
@@ -59,6 +63,8 @@ export type FleetOptions = {
   stopWaitMs?: number;
   /** How long the tasks a hello does not list wait; default {@link HELLO_REQUEUE_GRACE_MS} (tests shorten it). */
   helloGraceMs?: number;
+  /** The floor of the margin after a claim before heartbeats that leave its task out count (unheard-claims.ts). */
+  unheardAfterMs?: number;
 };
 
 /**
@@ -105,6 +111,9 @@ export const STOP_WAIT_MS = 5_000;
  * end DONE_ERROR past its attempt limit). Finishing reports leave their batch to the group's end.
  */
 const mayLockBatch = (r: TaskReport): boolean => r.kind === 'update' && r.patch.status === 'QUEUED';
+
+/** Why a task its agent never received went back to the queue (the task's log; see #requeueUnheard). */
+const UNHEARD = "never received it (its heartbeats do not list it: its claim's answer was lost)";
 
 /** Watchfolder files written in one group job at most (bounds the transaction a claim may wait behind). */
 const WATCH_BATCH = 256;
@@ -180,12 +189,15 @@ export class Fleet implements FleetHooks {
   readonly #staleLog = new OncePer(60_000);
   /** When each refused process (agent name / boot id) was last logged as refused. */
   readonly #refusedLog = new OncePer(10 * 60_000);
+  /** Which claimed tasks each agent's heartbeats leave out (reconciled by #requeueUnheard). */
+  readonly #unheard: UnheardClaims;
 
   constructor(opts: FleetOptions) {
     this.#o = opts;
     this.#ctx = opts.ctx;
     this.#log = opts.logger.child({ component: 'fleet' });
     this.#group = new GroupCommit(opts.ctx);
+    this.#unheard = new UnheardClaims(opts.unheardAfterMs);
   }
 
   async start(): Promise<void> {
@@ -201,8 +213,10 @@ export class Fleet implements FleetHooks {
     m.onBirth((id, b) => afterGroup(id, () => this.#onBirth(id, b)));
     m.onHello((id, h) => afterGroup(id, () => this.#onHello(id, h)));
     m.onHeartbeat((id, h) => {
-      this.#hear(id);
-      return this.#queued(id, () => this.#onHeartbeat(id, h));
+      // When it was received, and whether we heard the agents then: the heartbeat may wait its turn in
+      // the agent's queue behind slow database work, which says nothing of when the agent sent it.
+      const heard = { at: this.#hear(id), listening: this.#listening };
+      return this.#queued(id, () => this.#onHeartbeat(id, h, heard));
     });
     m.onRequest((id, r) => {
       this.#hear(id);
@@ -421,6 +435,7 @@ export class Fleet implements FleetHooks {
       }
     } else if (this.#names.isRefused(birth.bootId)) return;
     this.#agents.delete(name);
+    this.#unheard.forget(name);
     const row = await recordBirth(this.#ctx.database.db, name, { ...birth, name }, this.#ctx.now());
     this.#agents.set(name, row);
     this.#log.info(
@@ -445,6 +460,8 @@ export class Fleet implements FleetHooks {
     const now = this.#ctx.now();
     const before = this.#names.previousHolder(name, hello.bootId, now);
     this.#names.seen(name, hello.bootId, this.#agents.get(name)?.hostname ?? '', now);
+    // What the agent runs now is reconciled below; its heartbeats answer only for claims from now on.
+    this.#unheard.hello(name, hello.bootId, now);
     this.#heard.delete(name);
     await touchAgent(db, name, now);
     this.#agents.delete(name);
@@ -514,13 +531,20 @@ export class Fleet implements FleetHooks {
     this.workAvailable();
   }
 
-  async #onHeartbeat(name: string, hb: AgentHeartbeat): Promise<void> {
+  async #onHeartbeat(
+    name: string,
+    hb: AgentHeartbeat,
+    heard: { at: number; listening: boolean },
+  ): Promise<void> {
     if (this.#names.isRefused(hb.bootId)) return;
     let agent = await this.#agent(name);
     if (!agent) return;
     this.#names.seen(name, hb.bootId, agent.hostname, this.#ctx.now());
     if (!agent.online) {
-      // Back from the silent sweep's offline: say so now (last_seen of online agents is batched).
+      // Back from the silent sweep's offline: say so now (last_seen of online agents is batched). What
+      // it sent while silent (and an answer it did not get meanwhile) may come only now: its heartbeats
+      // leave nothing out for a margin.
+      this.#unheard.backOnline(name, heard.at);
       this.#heard.delete(name);
       await touchAgent(this.#ctx.database.db, name, this.#ctx.now());
       this.#agents.delete(name);
@@ -531,14 +555,81 @@ export class Fleet implements FleetHooks {
       await this.#sendConfig(agent, true);
       await this.assignWatchfolders();
     }
+    const id = agent.id;
+    // This heartbeat and the one before leave out tasks claimed long enough ago: read (in the same group
+    // job as the renewal) those of them no report has reached, to requeue after the commit.
+    const unheard = this.#unheard.heartbeat(name, hb, heard.at, heard.listening);
+    const unreported = async (tx: Db) =>
+      unheard ? unreportedTasksIn(tx, id, unheard.from, unheard.until) : [];
     if (hb.running.length) {
-      const id = agent.id;
-      const stale = await this.#group.run(
-        (tx) => renewLeasesIn(tx, this.#ctx.now(), id, hb.running, this.#o.leaseTtlMs),
+      const { stale, tasks: found } = await this.#group.run(
+        async (tx) => ({
+          stale: await renewLeasesIn(tx, this.#ctx.now(), id, hb.running, this.#o.leaseTtlMs),
+          tasks: await unreported(tx),
+        }),
         { key: name },
       );
       await this.#stopStale(name, stale);
+      if (unheard && found.length)
+        this.#afterCommit(name, this.#requeueUnheard(name, id, hb.bootId, unheard, found));
+    } else if (unheard) {
+      // Not awaited, as a report's job: the agent's next message need not wait for this commit.
+      const found = this.#group.run(unreported, { key: name });
+      this.#afterCommit(
+        name,
+        found.then((t) => (t.length ? this.#requeueUnheard(name, id, hb.bootId, unheard, t) : undefined)),
+      );
     }
+  }
+
+  /**
+   * Requeue the tasks two heartbeats of the agent left out (see #onHeartbeat), as an attempt that does
+   * not count: nothing ran. Each is checked again on its locked row: still this agent's, in the same
+   * attempt with the same lease token, with no report of it applied. The agent is told to stop each
+   * one's attempt, which only matters if the answer was late rather than lost: that cancel comes after
+   * the answer on the agent's inbox, so its run stops as it starts.
+   */
+  async #requeueUnheard(
+    name: string,
+    agentId: string,
+    bootId: string,
+    unheard: Unheard,
+    found: UnreportedTask[],
+  ): Promise<void> {
+    const expected = new Map(found.filter((t) => unheard.counts(t)).map((t) => [t.id, t]));
+    if (!expected.size || this.#stopped || this.#names.isRefused(bootId)) return;
+    const r = await sweepExpiredLeases(this.#ctx, {
+      onlyIds: [...expected.keys()],
+      reason: "it never received the task: its claim's answer was lost",
+      lost: UNHEARD,
+      countsAttempt: false,
+      still: (t) => {
+        const e = expected.get(t.id);
+        return (
+          e !== undefined &&
+          t.agentId === agentId &&
+          t.attempt === e.attempt &&
+          t.leaseToken === e.leaseToken &&
+          t.reportSeq === -1
+        );
+      },
+    });
+    const given = [...r.requeued, ...r.canceled];
+    if (!given.length) return;
+    this.#log.warn(
+      { agent: name, bootId, requeued: r.requeued, canceled: r.canceled },
+      'tasks claimed for the agent that it never received (its heartbeats do not list them): requeued without using up an attempt, or canceled if a cancel was pending',
+    );
+    for (const taskId of given) {
+      void this.#send(name, {
+        type: 'task.cancel',
+        taskId,
+        attempt: expected.get(taskId)!.attempt,
+        reason:
+          "attempt given up: this agent's heartbeats did not list the task, so its claim's answer was taken for lost",
+      });
+    }
+    if (r.requeued.length) this.workAvailable();
   }
 
   async #onRequest(name: string, req: AgentRequest): Promise<void> {
@@ -572,6 +663,9 @@ export class Fleet implements FleetHooks {
           // Work committed while this claim ran: its hint reached an agent still waiting for this
           // answer, which ignores hints then. Answering "nothing" would leave it idle until its poll.
           if (!claimed.length && seq !== this.#workSeq && this.#mayClaim(agent)) claimed = await claim();
+          // A claim whose commit waited: the agent's heartbeats may leave its tasks out until it hears this.
+          const answeredAt = this.#ctx.now();
+          for (const c of claimed) this.#unheard.answered(c.task.id, c.task.startedAt, answeredAt);
           // Not awaited (here and for acks): the agent's next message need not wait for this one's
           // PUBACK; one client publishes in call order, so the agent still sees answers in order.
           void this.#send(name, { type: 'claim.result', requestId: req.requestId, tasks: claimed });
@@ -763,8 +857,11 @@ export class Fleet implements FleetHooks {
     return row;
   }
 
-  #hear(name: string): void {
-    this.#heard.set(name, this.#ctx.now());
+  /** Note that `name` was heard now; returns when. */
+  #hear(name: string): number {
+    const at = this.#ctx.now();
+    this.#heard.set(name, at);
+    return at;
   }
 
   /** One statement for every agent heard since the last flush: `last_seen` only moves forward. */
@@ -914,6 +1011,8 @@ export class Fleet implements FleetHooks {
       this.#failed(err, {}, 'extending leases after connecting failed');
     }
     this.#listening = this.#o.mqtt.connected;
+    // What reaches us now may have waited meanwhile: heartbeats leave nothing out for a margin.
+    this.#unheard.resumed(this.#ctx.now());
   }
 
   /** The control plane did not run for `lateMs`: as after a reconnect, no lease expires for silence. */
@@ -962,6 +1061,7 @@ export class Fleet implements FleetHooks {
         this.#ctx.now(),
         this.#o.silentAfterMs ?? DEFAULT_SILENT_AFTER_MS,
       );
+      this.#unheard.prune(this.#ctx.now());
       if (silent.length) {
         const ids = new Set(silent);
         for (const [name, a] of this.#agents) if (ids.has(a.id)) this.#agents.delete(name);

@@ -1,8 +1,9 @@
-import { and, eq, lt, sql } from 'drizzle-orm';
+import { and, eq, gte, lt, lte, sql } from 'drizzle-orm';
 import { anyOf, unnestRows } from '../db/array-literal.ts';
 import type { Db } from '../db/client.ts';
 import type { TaskRow } from '../db/mappers.ts';
 import { taskIsRunning, taskLogs, tasks } from '../db/schema.ts';
+import { ph, runCached } from '../db/statement-cache.ts';
 import type { EmittedEvents } from '../events/outbox.ts';
 import { type ServiceContext, transact } from '../services/context.ts';
 import { clearStep, saveTaskChange } from '../services/tasks.ts';
@@ -60,6 +61,45 @@ export async function renewLeasesIn(
   return running.filter((r) => !renewed.has(`${r.taskId.toLowerCase()}/${r.attempt}`));
 }
 
+export type UnreportedTask = { id: string; attempt: number; leaseToken: string | null; startedAt: number };
+
+/**
+ * The running tasks of `agentId` claimed between `from` and `until` (their `started_at`) that no report
+ * of their attempt has reached yet (`report_seq` -1): those its heartbeats may leave out because it
+ * never received them (unheard-claims.ts). An agent that reported on an attempt has received it. One
+ * statement on tasks_agent_running_idx, usually of no row.
+ */
+export function unreportedTasksIn(
+  db: Db,
+  agentId: string,
+  from: number,
+  until: number,
+): Promise<UnreportedTask[]> {
+  return runCached<UnreportedTask[]>(
+    db,
+    'unreported-on-agent',
+    () =>
+      db
+        .select({
+          id: tasks.id,
+          attempt: tasks.attempt,
+          leaseToken: tasks.leaseToken,
+          startedAt: tasks.startedAt,
+        })
+        .from(tasks)
+        .where(
+          and(
+            eq(tasks.agentId, ph('agentId')),
+            taskIsRunning,
+            eq(tasks.reportSeq, -1),
+            gte(tasks.startedAt, ph('from')),
+            lte(tasks.startedAt, ph('until')),
+          ),
+        ),
+    { agentId, from, until },
+  );
+}
+
 /** Task ids are UUIDs; anything else cannot be a task (and must not reach a uuid cast). */
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
@@ -84,7 +124,12 @@ export type SweepResult = { requeued: string[]; failed: string[]; canceled: stri
  */
 export async function sweepExpiredLeases(
   ctx: ServiceContext,
-  opts: { onlyIds?: string[]; reason?: string } = {},
+  opts: {
+    onlyIds?: string[];
+    reason?: string;
+    /** Checked on each locked row: a row it refuses (moved on since it was chosen) is left alone. */
+    still?: (t: TaskRow) => boolean;
+  } & RequeueOptions = {},
 ): Promise<SweepResult> {
   const now = ctx.now();
   return transact(ctx, async (tx, ev) => {
@@ -100,19 +145,17 @@ export async function sweepExpiredLeases(
       .for('update', { skipLocked: true });
     const result: SweepResult = { requeued: [], failed: [], canceled: [] };
     for (const t of expired) {
-      const outcome = await requeueLostTask(tx, ev, t, now, opts.reason ?? 'lease expired');
+      if (opts.still && !opts.still(t)) continue;
+      const outcome = await requeueLostTask(tx, ev, t, now, opts.reason ?? 'lease expired', {
+        countsAttempt: opts.countsAttempt,
+        lost: opts.lost,
+      });
       result[outcome].push(t.id);
     }
     return result;
   });
 }
 
-/**
- * The one rule for work whose agent is gone (lease expired, restarted without it, handed back):
- * a pending cancel completes as DONE_CANCELED; past the attempt limit DONE_ERROR naming the agent;
- * otherwise back to QUEUED for another agent. An attempt a live agent gave back on purpose
- * (`countsAttempt: false`) never ends the task: its limit grows by one, as a restart's does.
- */
 /**
  * The task's log says why an attempt ended without its agent's word (`GET /tasks/{id}/logs`:
  * `[attempt N control-plane] …`): else an operator sees attempts end with no reason.
@@ -123,6 +166,20 @@ async function logRequeue(tx: Db, t: TaskRow, now: number, text: string): Promis
     .values({ taskId: t.id, attempt: t.attempt, step: 'control-plane', text, createdAt: now });
 }
 
+type RequeueOptions = {
+  /** False for an attempt its agent gave back on purpose or never received (see requeueLostTask). */
+  countsAttempt?: boolean;
+  /** What became of the agent, after its name in the log line; default `was lost (<why>)`. */
+  lost?: string;
+};
+
+/**
+ * The one rule for work whose agent is gone (lease expired, restarted without it, handed back, never
+ * received it): a pending cancel completes as DONE_CANCELED; past the attempt limit DONE_ERROR naming
+ * the agent; otherwise back to QUEUED for another agent. An attempt a live agent gave back on purpose,
+ * or one whose claim's answer it never received (`countsAttempt: false`), never ends the task: its limit
+ * grows by one, as a restart's does.
+ */
 export async function requeueLostTask(
   tx: Db,
   ev: EmittedEvents,
@@ -130,7 +187,7 @@ export async function requeueLostTask(
   now: number,
   why: string,
   /** `explained`: the agent's own log line says why (a hand-back); the control plane adds none. */
-  opts: { countsAttempt?: boolean; explained?: boolean } = {},
+  opts: RequeueOptions & { explained?: boolean } = {},
 ): Promise<'requeued' | 'failed' | 'canceled'> {
   const counts = opts.countsAttempt ?? true;
   const log = opts.explained ? async () => {} : (text: string) => logRequeue(tx, t, now, text);
@@ -182,7 +239,7 @@ export async function requeueLostTask(
     return 'failed';
   }
   await log(
-    `attempt ${t.attempt} went back to the queue: agent ${who} was lost (${why})${counts ? '' : '; it does not count against the attempts'}`,
+    `attempt ${t.attempt} went back to the queue: agent ${who} ${opts.lost ?? `was lost (${why})`}${counts ? '' : '; it does not count against the attempts'}`,
   );
   await saveTaskChange(
     tx,
