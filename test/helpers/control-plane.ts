@@ -9,16 +9,14 @@ import { seedPgliteDir } from './db.ts';
  * A whole control plane in this process on free loopback ports (HTTP and its embedded broker), its data
  * in `dataDir`, with the variables of `env` on top (FFLEET_API_TOKENS, FFLEET_AGENT_AUTH, DATABASE_URL, …);
  * logging off. The caller stops it. Its embedded database starts as a copy of a migrated one
- * (seedPgliteDir) unless `fresh` (a test of the first start itself, or of a data dir's disk).
+ * (seedPgliteDir): a test of the first start itself runs the CLI (test/cli, test/fleet/all-in-one).
  */
 export async function startLocalControlPlane(
   dataDir: string,
   env: Record<string, string> = {},
   opts: Parameters<typeof startControlPlane>[2] = {},
-  { fresh = false }: { fresh?: boolean } = {},
 ): Promise<RunningControlPlane> {
-  if (!fresh && !env.DATABASE_URL && !existsSync(join(dataDir, 'pglite')))
-    await seedPgliteDir(join(dataDir, 'pglite'));
+  if (!env.DATABASE_URL && !existsSync(join(dataDir, 'pglite'))) await seedPgliteDir(join(dataDir, 'pglite'));
   return startControlPlane(
     parseConfig({ FFLEET_DATA_DIR: dataDir, HOST: '127.0.0.1', PORT: '0', MQTT_PORT: '0', ...env }),
     pino({ level: 'silent' }),

@@ -312,7 +312,7 @@ export function postgresDriverPatched(root?: string): boolean {
 }
 
 /** What an operator must hear when the driver is not patched (the control plane logs it, /health shows it). */
-export const UNPATCHED_DRIVER_WARNING =
+const UNPATCHED_DRIVER_WARNING =
   "postgres.js lacks ffleet's fixes (a lost connection can crash the control plane or hang its requests): run `npm install`, or `node control-plane/scripts/patch-postgres.mjs`";
 
 /**
