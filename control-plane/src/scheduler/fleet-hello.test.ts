@@ -105,4 +105,21 @@ describe('a hello from a new process of an agent', () => {
       },
     ]);
   });
+
+  it('leaves a task whose lease was renewed during the grace (a heartbeat that lists it) to its lease', async () => {
+    const { row, secondProcess, task, mqtt } = await claimedByBoot1();
+    await secondProcess('boot-1');
+    const { leaseToken, leaseExpiresAt } = await row();
+    // Within the grace, the first process is back after all and says it runs the task.
+    await sleep(20);
+    await mqtt.heartbeat('a1', {
+      bootId: 'boot-1',
+      freeSlots: 0,
+      running: [{ taskId: task.id, attempt: 1, leaseToken: leaseToken! }],
+      ts: 4,
+    });
+    await poll(async () => (await row()).leaseExpiresAt !== leaseExpiresAt, 5_000, 'lease renewed');
+    await sleep(GRACE_MS * 3);
+    expect(await row()).toMatchObject({ status: 'RUNNING', attempt: 1, leaseToken });
+  });
 });

@@ -514,19 +514,23 @@ export class Fleet implements FleetHooks {
     why: string,
   ): Promise<void> {
     if (this.#stopped || this.#names.isRefused(bootId)) return;
-    const still = await this.#ctx.database.db
-      .select({ id: tasks.id, attempt: tasks.attempt, leaseExpiresAt: tasks.leaseExpiresAt })
-      .from(tasks)
-      .where(and(eq(tasks.agentId, agentId), taskIsRunning));
-    // A lease that changed since the hello was renewed (by a heartbeat, hello or report of the process
-    // running it) or extended (we reconnected): alive, or its lease decides.
-    const onlyIds = still
-      .filter((t) =>
-        lost.some((l) => l.id === t.id && l.attempt === t.attempt && l.leaseExpiresAt === t.leaseExpiresAt),
-      )
-      .map((t) => t.id);
-    if (!onlyIds.length) return;
-    const r = await sweepExpiredLeases(this.#ctx, { onlyIds, reason: why });
+    const expected = new Map(lost.map((l) => [l.id, l]));
+    const r = await sweepExpiredLeases(this.#ctx, {
+      onlyIds: [...expected.keys()],
+      reason: why,
+      // Checked on the locked row: a lease that changed since the hello was renewed (by a heartbeat, hello
+      // or report of the process running it) or extended (we reconnected): alive, or its lease decides.
+      still: (t) => {
+        const l = expected.get(t.id);
+        return (
+          l !== undefined &&
+          t.agentId === agentId &&
+          t.attempt === l.attempt &&
+          t.leaseExpiresAt === l.leaseExpiresAt
+        );
+      },
+    });
+    if (!r.requeued.length && !r.failed.length && !r.canceled.length) return;
     this.#log.warn({ agent: name, ...r }, 'reconciled tasks the agent no longer runs');
     this.workAvailable();
   }
