@@ -46,19 +46,18 @@ describe('stops meeting a claim in flight', () => {
    */
   async function agentWithAnswerHeld(name: string, target: string) {
     const relay = await holdRelay(c.mqttUrl);
-    // The agent claims as it starts: once that claim is answered (with nothing), the next one is the
-    // task's. Holding the answer of a claim still in flight at start let it take the task unheld on a
-    // slow box (its claim ran after the task was created), which then ran to its end before the stop.
-    const firstAnswer = relay.nextDown('"type":"claim.result"');
-    const agent = await c.startLocalAgent({ name, slots: 1, env: { MQTT_URL: relay.url } });
-    await firstAnswer;
-    const held = relay.holdAfterNext('"type":"claim"');
+    // The task first, then its agent: the agent's first claim gets it, and everything the broker sends
+    // the agent from that claim on is held. (With the agent first, a claim still in flight when the hold
+    // was armed — its start-up claim, or the one it sends again right after that one's answer — could be
+    // answered with the task unheld, under load: it then ran to its end before the stop.)
     const task = await c.api.createTask({
       command: ENCODE,
       inputFile: clip4,
       outputFile: target,
-      requires: [`agent:${agent.name}`],
+      requires: [`agent:${c.agentName(name)}`],
     });
+    const held = relay.holdAfterNext('"type":"claim"');
+    const agent = await c.startLocalAgent({ name, slots: 1, env: { MQTT_URL: relay.url } });
     await held;
     await c.api.waitForTask(task.id, (t) => t.status === 'RUNNING', 10_000);
     return { relay, agent, task };
@@ -151,15 +150,16 @@ describe('stops meeting a claim in flight', () => {
 
   it('runs once, on the restarted process, a task granted to an agent killed before it heard the answer', async () => {
     const relay = await holdRelay(c.mqttUrl);
+    // The task first, then its agent (see agentWithAnswerHeld).
+    const task = await c.api.createTask({
+      command: ENCODE,
+      inputFile: clip4,
+      outputFile: out('rebooted.mp4'),
+      requires: [`agent:${c.agentName('rebooted')}`],
+    });
+    const held = relay.holdAfterNext('"type":"claim"');
     const first = await c.startAgent({ name: 'rebooted', env: { MQTT_URL: relay.url } });
     try {
-      const held = relay.holdAfterNext('"type":"claim"');
-      const task = await c.api.createTask({
-        command: ENCODE,
-        inputFile: clip4,
-        outputFile: out('rebooted.mp4'),
-        requires: [`agent:${c.agentName('rebooted')}`],
-      });
       await held;
       await c.api.waitForTask(task.id, (t) => t.status === 'RUNNING', 10_000);
       // Killed before the answer reached it: the task is RUNNING on the control plane and nothing on the

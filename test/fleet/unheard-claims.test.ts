@@ -92,21 +92,21 @@ describe('claims an agent never heard of', () => {
   it('leaves alone a run whose claim was answered late, though many heartbeats came without it', async () => {
     const relay = await holdRelay(c.mqttUrl);
     try {
-      // Heartbeats every 100 ms: dozens arrive after the claim's commit and before the agent has the task.
-      const firstAnswer = relay.nextDown('"type":"claim.result"');
-      const agent = await c.startLocalAgent({
-        name: 'answered-late',
-        heartbeatMs: 100,
-        labels: ['answered-late'],
-        env: { MQTT_URL: relay.url },
-      });
-      await firstAnswer;
-      const held = relay.holdAfterNext('"type":"claim"');
+      // The task first, then its agent: the agent's first claim gets it, and what the broker sends the
+      // agent from that claim on is held (a claim in flight before the hold could take the task unheld).
       const task = await c.api.createTask({
         command: ENCODE,
         inputFile: clip,
         outputFile: out('answered-late.mp4'),
         requires: ['answered-late'],
+      });
+      const held = relay.holdAfterNext('"type":"claim"');
+      // Heartbeats every 100 ms: dozens arrive after the claim's commit and before the agent has the task.
+      const agent = await c.startLocalAgent({
+        name: 'answered-late',
+        heartbeatMs: 100,
+        labels: ['answered-late'],
+        env: { MQTT_URL: relay.url },
       });
       await held;
       const running = await c.api.waitForTask(task.id, (t) => t.status === 'RUNNING', 10_000);

@@ -9,8 +9,6 @@ import { type TcpRelay, tcpRelay } from './tcp-relay.ts';
 export type HoldRelay = TcpRelay & {
   /** Hold from the next time a client sends `bytes`; resolves when it did (the hold has started). */
   holdAfterNext(bytes: string): Promise<void>;
-  /** Resolves the next time the broker sends a client `bytes` (passed on, or held). */
-  nextDown(bytes: string): Promise<void>;
   /** Hold what the broker sends from now on. */
   holdDown(): void;
   /** Deliver what was held from the broker (in one write per client) and stop holding. */
@@ -28,7 +26,6 @@ export async function holdRelay(brokerUrl: string): Promise<HoldRelay> {
   let holding = false;
   let holdingUp = false;
   let armed: { bytes: string; onHeld: () => void } | null = null;
-  const watching: { bytes: string; onSeen: () => void }[] = [];
 
   const relay = await tcpRelay({ host: hostname, port: Number(port) }, (client, upstream) => {
     const queue: Buffer[] = [];
@@ -49,10 +46,6 @@ export async function holdRelay(brokerUrl: string): Promise<HoldRelay> {
       else upstream.write(chunk);
     });
     upstream.on('data', (chunk: Buffer) => {
-      for (const w of watching.filter((x) => chunk.includes(x.bytes))) {
-        watching.splice(watching.indexOf(w), 1);
-        w.onSeen();
-      }
       if (holding) queue.push(chunk);
       else client.write(chunk);
     });
@@ -73,11 +66,6 @@ export async function holdRelay(brokerUrl: string): Promise<HoldRelay> {
     holdAfterNext(bytes) {
       return new Promise<void>((onHeld) => {
         armed = { bytes, onHeld };
-      });
-    },
-    nextDown(bytes) {
-      return new Promise<void>((onSeen) => {
-        watching.push({ bytes, onSeen });
       });
     },
     holdDown() {
