@@ -1,5 +1,5 @@
 import { EventName } from '@ffleet/shared';
-import pino from 'pino';
+import pino, { type Logger } from 'pino';
 import { afterAll, beforeAll } from 'vitest';
 import { createApp } from '../../control-plane/src/api/app.ts';
 import type { CorsPolicy } from '../../control-plane/src/api/cors.ts';
@@ -38,14 +38,16 @@ export type TestAppOptions = {
   receiveAllEvents?: boolean;
 };
 
-export async function createTestApp(opts: TestAppOptions = {}): Promise<TestApp> {
-  const db = await openTestDatabase(opts.kind);
+/** The API and its service context (logging off unless `logger`) on a database the caller opened and closes. */
+export function testAppOn(
+  db: Database,
+  opts: Omit<TestAppOptions, 'kind' | 'receiveAllEvents'> & { logger?: Logger } = {},
+): Pick<TestApp, 'app' | 'ctx' | 'bus' | 'call'> {
   const bus = new EventBus();
-  const logger = pino({ level: 'silent' });
   const ctx: ServiceContext = {
     database: db,
     bus,
-    logger,
+    logger: opts.logger ?? pino({ level: 'silent' }),
     fleet: opts.fleet ?? noFleet,
     now: () => Date.now(),
   };
@@ -55,6 +57,12 @@ export async function createTestApp(opts: TestAppOptions = {}): Promise<TestApp>
     cors: opts.cors,
     remote: () => opts.remote ?? '127.0.0.1',
   });
+  return { app, ctx, bus, call };
+}
+
+export async function createTestApp(opts: TestAppOptions = {}): Promise<TestApp> {
+  const db = await openTestDatabase(opts.kind);
+  const { app, ctx, bus, call } = testAppOn(db, opts);
   if (opts.receiveAllEvents) {
     for (const event of EventName.options) {
       const res = await call('POST', '/api/v1/webhooks', { event, url: `http://events.test/${event}` });
@@ -104,7 +112,7 @@ export function useTestApp(opts: TestAppOptions = {}): TestApp {
 export function buildApp(
   ctx: ServiceContext,
   bus: EventBus,
-  db: TestDatabase,
+  db: Database,
   opts: { apiTokens?: string[]; remote?: () => string; bodyLimit?: number; cors?: CorsPolicy },
 ): { app: ReturnType<typeof createApp>; call: TestApp['call'] } {
   const app = createApp({

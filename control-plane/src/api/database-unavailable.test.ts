@@ -1,14 +1,11 @@
 import type { Socket } from 'node:net';
-import pino from 'pino';
 import { describe, expect, it } from 'vitest';
 import { expectProblem, UNKNOWN_ID, VALID } from '../../../test/api/support.ts';
-import { buildApp, createTestApp } from '../../../test/helpers/app.ts';
+import { createTestApp, testAppOn } from '../../../test/helpers/app.ts';
 import { databaseOutage, defaultDbKind, openTestDatabase } from '../../../test/helpers/db.ts';
 import { tcpRelay } from '../../../test/helpers/tcp-relay.ts';
 import { openDatabase, WAIT_FOR_CONNECTION_S } from '../db/client.ts';
 import { databaseUnavailableReason } from '../db/errors.ts';
-import { EventBus } from '../events/event-bus.ts';
-import { noFleet } from '../services/context.ts';
 import { healthFacts } from './health-facts.ts';
 
 // The services pass (DATABASE_URL set) only: postgres.js takes its whole 5 s end() timeout to close a
@@ -23,12 +20,8 @@ const withPostgres = defaultDbKind() === 'postgres';
 async function apiThrough(databaseUrl: string, relayUrl: string, max: number) {
   const url = new URL(databaseUrl);
   url.port = new URL(relayUrl).port;
-  const database = Object.assign(await openDatabase({ kind: 'postgres', url: url.toString(), max }), {
-    drop: () => Promise.resolve(),
-  });
-  const bus = new EventBus();
-  const ctx = { database, bus, logger: pino({ level: 'silent' }), fleet: noFleet, now: () => Date.now() };
-  return { database, call: buildApp(ctx, bus, database, { remote: () => '127.0.0.1' }).call };
+  const database = await openDatabase({ kind: 'postgres', url: url.toString(), max });
+  return { database, call: testAppOn(database).call };
 }
 
 describe('the database unavailable under the API', () => {

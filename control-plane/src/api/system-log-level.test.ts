@@ -5,12 +5,10 @@ import { Writable } from 'node:stream';
 import pino, { type Logger } from 'pino';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { errorPaths, expectProblem, json } from '../../../test/api/support.ts';
-import { buildApp, type TestApp } from '../../../test/helpers/app.ts';
+import { type TestApp, testAppOn } from '../../../test/helpers/app.ts';
 import { openTestDatabase, type TestDatabase } from '../../../test/helpers/db.ts';
 import { parseConfig } from '../config/config.ts';
 import { type RunningControlPlane, startControlPlane } from '../control-plane.ts';
-import { EventBus } from '../events/event-bus.ts';
-import { noFleet } from '../services/context.ts';
 
 type LogRecord = { level: number; msg: string; [field: string]: unknown };
 
@@ -41,9 +39,7 @@ describe('runtime log level (GET/PUT /api/v1/system/log-level)', () => {
   beforeAll(async () => {
     db = await openTestDatabase();
     ({ logger, records } = captureLogger('info'));
-    const bus = new EventBus();
-    const ctx = { database: db, bus, logger, fleet: noFleet, now: () => Date.now() };
-    ({ call } = buildApp(ctx, bus, db, { apiTokens: [TOKEN], remote: () => '203.0.113.7' }));
+    ({ call } = testAppOn(db, { logger, apiTokens: [TOKEN], remote: '203.0.113.7' }));
   });
   afterAll(() => db?.drop());
   beforeEach(() => {
