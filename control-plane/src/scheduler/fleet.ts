@@ -514,21 +514,16 @@ export class Fleet implements FleetHooks {
     why: string,
   ): Promise<void> {
     if (this.#stopped || this.#names.isRefused(bootId)) return;
-    const expected = new Map(lost.map((l) => [l.id, l]));
     const r = await sweepExpiredLeases(this.#ctx, {
-      onlyIds: [...expected.keys()],
       reason: why,
       // Checked on the locked row: a lease that changed since the hello was renewed (by a heartbeat, hello
       // or report of the process running it) or extended (we reconnected): alive, or its lease decides.
-      still: (t) => {
-        const l = expected.get(t.id);
-        return (
-          l !== undefined &&
-          t.agentId === agentId &&
-          t.attempt === l.attempt &&
-          t.leaseExpiresAt === l.leaseExpiresAt
-        );
-      },
+      unchanged: lost.map((l) => ({
+        id: l.id,
+        agentId,
+        attempt: l.attempt,
+        leaseExpiresAt: l.leaseExpiresAt,
+      })),
     });
     if (!r.requeued.length && !r.failed.length && !r.canceled.length) return;
     this.#log.warn({ agent: name, ...r }, 'reconciled tasks the agent no longer runs');
@@ -600,26 +595,23 @@ export class Fleet implements FleetHooks {
     unheard: Unheard,
     found: UnreportedTask[],
   ): Promise<void> {
-    const expected = new Map(found.filter((t) => unheard.counts(t)).map((t) => [t.id, t]));
-    if (!expected.size || this.#stopped || this.#names.isRefused(bootId)) return;
+    const counted = found.filter((t) => unheard.counts(t));
+    if (!counted.length || this.#stopped || this.#names.isRefused(bootId)) return;
     const r = await sweepExpiredLeases(this.#ctx, {
-      onlyIds: [...expected.keys()],
       reason: "it never received the task: its claim's answer was lost",
       lost: UNHEARD,
       countsAttempt: false,
-      still: (t) => {
-        const e = expected.get(t.id);
-        return (
-          e !== undefined &&
-          t.agentId === agentId &&
-          t.attempt === e.attempt &&
-          t.leaseToken === e.leaseToken &&
-          t.reportSeq === -1
-        );
-      },
+      unchanged: counted.map((t) => ({
+        id: t.id,
+        agentId,
+        attempt: t.attempt,
+        leaseToken: t.leaseToken,
+        reportSeq: -1,
+      })),
     });
     const given = [...r.requeued, ...r.canceled];
     if (!given.length) return;
+    const attemptOf = new Map(counted.map((t) => [t.id, t.attempt]));
     this.#log.warn(
       { agent: name, bootId, requeued: r.requeued, canceled: r.canceled },
       'tasks claimed for the agent that it never received (its heartbeats do not list them): requeued without using up an attempt, or canceled if a cancel was pending',
@@ -628,7 +620,7 @@ export class Fleet implements FleetHooks {
       void this.#send(name, {
         type: 'task.cancel',
         taskId,
-        attempt: expected.get(taskId)!.attempt,
+        attempt: attemptOf.get(taskId)!,
         reason:
           "attempt given up: this agent's heartbeats did not list the task, so its claim's answer was taken for lost",
       });

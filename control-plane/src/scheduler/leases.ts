@@ -127,16 +127,21 @@ export async function sweepExpiredLeases(
   opts: {
     onlyIds?: string[];
     reason?: string;
-    /** Checked on each locked row: a row it refuses (moved on since it was chosen) is left alone. */
-    still?: (t: TaskRow) => boolean;
+    /**
+     * These tasks only, each as it was read: swept only if its locked row still holds every value given
+     * (a row that moved on since, renewed, reported on or given to another attempt, is left alone).
+     */
+    unchanged?: readonly TaskSnapshot[];
   } & RequeueOptions = {},
 ): Promise<SweepResult> {
   const now = ctx.now();
+  const expected = opts.unchanged && new Map(opts.unchanged.map((u) => [u.id, u]));
+  const onlyIds = opts.onlyIds ?? (expected && [...expected.keys()]);
   return transact(ctx, async (tx, ev) => {
     const conds = [taskIsRunning];
-    if (opts.onlyIds) {
-      if (opts.onlyIds.length === 0) return { requeued: [], failed: [], canceled: [] };
-      conds.push(anyOf(tasks.id, opts.onlyIds, 'uuid'));
+    if (onlyIds) {
+      if (onlyIds.length === 0) return { requeued: [], failed: [], canceled: [] };
+      conds.push(anyOf(tasks.id, onlyIds, 'uuid'));
     } else conds.push(lt(tasks.leaseExpiresAt, now));
     const expired = await tx
       .select()
@@ -145,7 +150,7 @@ export async function sweepExpiredLeases(
       .for('update', { skipLocked: true });
     const result: SweepResult = { requeued: [], failed: [], canceled: [] };
     for (const t of expired) {
-      if (opts.still && !opts.still(t)) continue;
+      if (expected && !holds(t, expected.get(t.id))) continue;
       const outcome = await requeueLostTask(tx, ev, t, now, opts.reason ?? 'lease expired', {
         countsAttempt: opts.countsAttempt,
         lost: opts.lost,
@@ -165,6 +170,12 @@ async function logRequeue(tx: Db, t: TaskRow, now: number, text: string): Promis
     .insert(taskLogs)
     .values({ taskId: t.id, attempt: t.attempt, step: 'control-plane', text, createdAt: now });
 }
+
+/** Some of a task row's values as they were read, by its id (sweepExpiredLeases `unchanged`). */
+type TaskSnapshot = { id: string } & Partial<TaskRow>;
+
+const holds = (t: TaskRow, snap: TaskSnapshot | undefined): boolean =>
+  snap !== undefined && (Object.keys(snap) as (keyof TaskRow)[]).every((k) => t[k] === snap[k]);
 
 type RequeueOptions = {
   /** False for an attempt its agent gave back on purpose or never received (see requeueLostTask). */

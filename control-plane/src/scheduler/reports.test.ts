@@ -406,3 +406,51 @@ describe('a late success of an attempt lost with its agent', () => {
     }
   });
 });
+
+describe('a sweep of tasks as they were read (sweepExpiredLeases unchanged)', () => {
+  const t = useTestApp();
+
+  it('leaves a task whose row moved on since it was read, and requeues one that did not', async () => {
+    const { send, status, taskId } = await claimedTaskIn(t);
+    const read = async () => {
+      const [row] = await t.db.rows<{
+        agent_id: string;
+        attempt: number;
+        lease_token: string;
+        report_seq: number;
+      }>(t.db.db, sql`SELECT agent_id, attempt, lease_token, report_seq FROM tasks WHERE id = ${taskId}`);
+      return {
+        id: taskId,
+        agentId: row!.agent_id,
+        attempt: row!.attempt,
+        leaseToken: row!.lease_token,
+        reportSeq: row!.report_seq,
+      };
+    };
+    const before = await read();
+    expect(before.reportSeq).toBe(-1);
+    // A report reaches the row after it was read: the snapshot no longer holds.
+    await send({ kind: 'update', seq: 0, patch: { status: 'RUNNING', startedAt: Date.now() } });
+    const opts = { reason: 'never received', countsAttempt: false };
+    expect(await sweepExpiredLeases(t.ctx, { ...opts, unchanged: [before] })).toEqual({
+      requeued: [],
+      failed: [],
+      canceled: [],
+    });
+    expect(await status()).toBe('RUNNING');
+    // Another agent's, or another attempt's: left alone too.
+    const now = await read();
+    expect(now.reportSeq).toBe(0);
+    for (const other of [{ agentId: crypto.randomUUID() }, { attempt: now.attempt + 1 }]) {
+      expect(await sweepExpiredLeases(t.ctx, { ...opts, unchanged: [{ ...now, ...other }] })).toMatchObject({
+        requeued: [],
+      });
+    }
+    expect(await status()).toBe('RUNNING');
+    // As it is now: swept.
+    expect(await sweepExpiredLeases(t.ctx, { ...opts, unchanged: [now] })).toMatchObject({
+      requeued: [taskId],
+    });
+    expect(await status()).toBe('QUEUED');
+  });
+});
